@@ -1,0 +1,28 @@
+"""Dagster entry point: everything under ``defs/`` plus the shared resource and executor."""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_project.resources import FlywheelResource
+
+# No network: never send telemetry (GX reads this when a context is created).
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+def load_definitions() -> dg.Definitions:
+    return dg.Definitions.merge(
+        dg.load_from_defs_folder(path_within_project=Path(__file__).parent),
+        dg.Definitions(
+            resources={"flywheel": FlywheelResource()},
+            # One DuckDB writer: run a job's steps in one process, one after another.
+            executor=dg.in_process_executor,
+        ),
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return load_definitions()

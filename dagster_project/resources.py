@@ -1,0 +1,48 @@
+"""The one resource every asset uses: where the lake, the warehouse and the exports live."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+
+from dagster_project.settings import Settings
+from dagster_project.sources import load_sources
+from dagster_project.state import state_connection
+from transforms.spec import SourceSpec
+
+
+class FlywheelResource(dg.ConfigurableResource):
+    """Paths of the raw lake, warehouse and exports.
+
+    Unset fields fall back to the ``FLYWHEEL_*`` environment variables, read when a run starts
+    (not when definitions load), so a schedule picks up a changed environment without a redeploy.
+    """
+
+    raw_dir: str | None = None
+    warehouse: str | None = None
+    export_dir: str | None = None
+    sources_file: str | None = None
+
+    def settings(self) -> Settings:
+        base = Settings.from_env()
+        changes = {
+            name: Path(value).expanduser()
+            for name, value in (("raw_dir", self.raw_dir), ("warehouse", self.warehouse),
+                                ("export_dir", self.export_dir), ("sources_file", self.sources_file))
+            if value
+        }
+        return replace(base, **changes)
+
+    def sources(self) -> dict[str, SourceSpec]:
+        return load_sources(self.settings().sources_file)
+
+    @contextmanager
+    def state(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The writer's state database, under the single-writer lock."""
+        with state_connection(self.settings()) as con:
+            yield con

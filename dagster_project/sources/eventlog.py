@@ -1,0 +1,36 @@
+"""The retrieval tool's eventlog: SQLite databases and JSONL exports with the same columns."""
+
+from transforms.spec import Field, SourceSpec, SqliteTable
+
+SOURCE = SourceSpec(
+    name="eventlog",
+    description="retrieval tool eventlog (eventlog/*.db table eventlog, eventlog/*.jsonl)",
+    globs=("eventlog/*.db", "eventlog/*.jsonl"),
+    format="jsonl",  # .db files are read as SQLite (by extension), .jsonl as lines
+    sqlite=SqliteTable(
+        table="eventlog",
+        key="seq",
+        record_sql=(
+            "json_object('seq', seq, 'event_type', event_type, 'timestamp', timestamp, "
+            "'source_id', source_id, 'source_file', source_file, 'data', data)"
+        ),
+    ),
+    fields=(
+        Field("seq", "int", required=False, nullable=True),
+        Field("event_type"),
+        Field("timestamp", time="iso_any"),
+        Field("source_id"),
+        Field("source_file", required=False, nullable=True),
+        # A JSON document: a string holding JSON (SQLite's TEXT column) or an inline object.
+        Field("data", "json_text"),
+    ),
+    identity=("event_key",),
+    # Commits by sha, queries by query id (v1: source_id); other events by their content.
+    identity_sql=(
+        "case event_type "
+        "when 'git.commit' then 'git.commit:' || source_id "
+        "when 'scry.query' then 'scry.query:' || coalesce(data ->> 'query_id', source_id) "
+        "else event_type || ':' || source_id || ':' || md5(data::varchar) end"
+    ),
+    order=("timestamp", "seq"),
+)

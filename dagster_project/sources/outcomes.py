@@ -1,0 +1,28 @@
+"""OutcomeTracker ``OutcomeRecord`` rows: inferred accept/reject of an assistant turn."""
+
+from transforms.spec import Field, SourceSpec
+
+SOURCE = SourceSpec(
+    name="outcomes",
+    description="OutcomeTracker OutcomeRecord ({date}_outcomes.jsonl)",
+    globs=("outcomes/*_outcomes.jsonl",),
+    format="jsonl",
+    fields=(
+        Field("id"),
+        Field("timestamp", time="iso_naive"),
+        Field("query", required=False, nullable=True),
+        Field("response_summary", required=False, nullable=True),
+        Field("task_type", required=False, nullable=True),
+        Field("model", required=False, nullable=True),
+        Field("topic", required=False, nullable=True),
+        Field("competence_level", "any", required=False, nullable=True),
+        Field("strategy", "object", required=False, nullable=True),
+        Field("outcome", enum=("accepted", "rejected", "neutral")),
+        Field("inference_reason", required=False, nullable=True),
+        Field("latency_ms", "float", required=False, nullable=True, minimum=0),
+        Field("session_id", required=False, nullable=True),
+    ),
+    identity=("id",),
+    order=("timestamp",),
+    derived=(("arm_id", "strategy ->> 'arm_id'"),),
+)

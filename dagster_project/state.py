@@ -1,0 +1,130 @@
+"""The writer's side of the warehouse: one lock, one state database, run bookkeeping.
+
+DuckDB allows one writing process, and any connection from another process (even read-only)
+blocks it. So the pipeline never writes the analyst warehouse in place: it works in a private
+state database (``<warehouse dir>/.flywheel/state.duckdb``) under an exclusive file lock, and
+publishes a copy of it (``publish.publish_warehouse``: new file, checkpoint, close,
+``os.replace``). Analysts can keep the published file open; the next connection sees new data.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+import duckdb
+
+from dagster_project.settings import Settings
+
+
+class WarehouseBusy(RuntimeError):
+    pass
+
+
+_held: dict[str, int] = {}  # lock path -> depth held by this process (the lock is re-entrant)
+
+
+@contextmanager
+def writer_lock(settings: Settings, wait_seconds: float = 600) -> Iterator[None]:
+    """Hold the exclusive writer lock; wait for another run to finish, then give up loudly.
+
+    Re-entrant within a process, so ``flywheel run`` can hold it for a whole run while each
+    asset takes it again (a second ``flock`` on a new descriptor would block on ourselves).
+    """
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    lock_path = settings.state_dir / "writer.lock"
+    key = str(lock_path.resolve())
+    if _held.get(key):
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    with open(lock_path, "a+") as fh:
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() > deadline:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another process"
+                    raise WarehouseBusy(
+                        f"{lock_path}: the warehouse is being written by {holder}; "
+                        f"gave up after {wait_seconds:.0f} s"
+                    ) from exc
+                time.sleep(0.2)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} since {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+        fh.flush()
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            _held.pop(key, None)
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextmanager
+def state_connection(settings: Settings, *, lock: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-write connection to the state database, under the writer lock."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    guard = writer_lock(settings) if lock else _nothing()
+    with guard:
+        con = duckdb.connect(str(settings.state_db))
+        try:
+            con.execute("set TimeZone = 'UTC'")
+            yield con
+            con.execute("checkpoint")
+        finally:
+            con.close()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def record_run(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, source: str | None = None,
+               counts: dict[str, int] | None = None, status: str = "running",
+               error: str | None = None) -> None:
+    """Create or update the ``ingest.runs`` row of ``run_id``; counts accumulate per source."""
+    counts = counts or {}
+    con.execute(
+        """
+        insert into ingest.runs as r (run_id, started_at, mode, status, sources, files_seen,
+            files_changed, lines_read, rows_loaded, rows_quarantined, blank_lines, deferred_bytes, error)
+        values ($run, now(), $mode, $status, case when $source is null then []::varchar[] else [$source] end,
+            $files_seen, $files_changed, $lines, $loaded, $quarantined, $blank, $deferred, $error)
+        on conflict (run_id) do update set
+            mode = case when excluded.mode = 'full_refresh' then excluded.mode else r.mode end,
+            status = case when r.status = 'failed' then r.status else excluded.status end,
+            sources = list_distinct(list_concat(r.sources, excluded.sources)),
+            files_seen = r.files_seen + excluded.files_seen,
+            files_changed = r.files_changed + excluded.files_changed,
+            lines_read = r.lines_read + excluded.lines_read,
+            rows_loaded = r.rows_loaded + excluded.rows_loaded,
+            rows_quarantined = r.rows_quarantined + excluded.rows_quarantined,
+            blank_lines = r.blank_lines + excluded.blank_lines,
+            deferred_bytes = r.deferred_bytes + excluded.deferred_bytes,
+            error = coalesce(excluded.error, r.error),
+            finished_at = case when excluded.status in ('success', 'failed') then now() else r.finished_at end
+        """,
+        {"run": run_id, "mode": mode, "status": status, "source": source,
+         "files_seen": counts.get("files_seen", 0), "files_changed": counts.get("files_changed", 0),
+         "lines": counts.get("lines", 0), "loaded": counts.get("loaded", 0),
+         "quarantined": counts.get("quarantined", 0), "blank": counts.get("blank", 0),
+         "deferred": counts.get("deferred_bytes", 0), "error": error},
+    )

@@ -1,0 +1,70 @@
+-- The ingestion bookkeeping tables. Created once; every statement is idempotent.
+create schema if not exists ingest;
+create schema if not exists raw;
+create schema if not exists staging;
+
+-- One row per input file (or SQLite table): public accounting plus the private watermark.
+-- Identity: lines_read = rows_loaded + rows_quarantined + blank_lines.
+create table if not exists ingest.files (
+    source varchar not null,
+    path varchar not null,
+    format varchar not null,              -- jsonl | json_array | sqlite
+    size_bytes bigint not null default 0,
+    mtime_ns bigint,
+    lines_read bigint not null default 0,
+    rows_loaded bigint not null default 0,
+    rows_quarantined bigint not null default 0,
+    blank_lines bigint not null default 0,
+    deferred_bytes bigint not null default 0,
+    offset_bytes bigint not null default 0, -- watermark: end of the last complete line consumed
+    prefix_sha256 varchar,                  -- sha256 of bytes [0, offset_bytes)
+    high_water_mark bigint,                 -- SQLite: greatest key consumed
+    high_water_sha256 varchar,              -- SQLite: sha256 of the record at the high-water mark
+    status varchar not null default 'ok',   -- ok | corrupt | missing
+    first_run_id varchar,
+    last_run_id varchar,
+    last_ingested_at timestamptz,
+    primary key (source, path)
+);
+
+create table if not exists ingest.quarantine (
+    source varchar not null,
+    path varchar not null,
+    line_number bigint,
+    byte_offset bigint,
+    reason varchar not null,
+    detail varchar,
+    raw_text varchar,
+    raw_bytes blob,          -- the exact bytes, for invalid UTF-8
+    raw_sha256 varchar,      -- for lines over the size limit (raw_text is then null)
+    raw_length bigint,
+    run_id varchar not null,
+    quarantined_at timestamptz not null
+);
+
+create table if not exists ingest.runs (
+    run_id varchar primary key,
+    started_at timestamptz not null,
+    finished_at timestamptz,
+    mode varchar not null,   -- incremental | full_refresh
+    status varchar not null, -- running | success | failed
+    sources varchar[],
+    files_seen bigint default 0,
+    files_changed bigint default 0,
+    lines_read bigint default 0,
+    rows_loaded bigint default 0,
+    rows_quarantined bigint default 0,
+    blank_lines bigint default 0,
+    deferred_bytes bigint default 0,
+    error varchar
+);
+
+-- Things worth telling a data engineer about a file: rewritten, shrunk, sealed, corrupt, unclaimed.
+create table if not exists ingest.file_events (
+    run_id varchar not null,
+    source varchar,
+    path varchar not null,
+    event varchar not null,
+    detail varchar,
+    occurred_at timestamptz not null
+);

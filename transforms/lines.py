@@ -1,0 +1,155 @@
+"""Split raw bytes into numbered lines without losing a byte.
+
+The split is vectorised (NumPy over a memory map) and zero-copy: each line becomes one value of
+an Arrow ``large_string`` array whose offsets point into the original buffer. A value keeps its
+line terminator (``\\n`` or ``\\r\\n``): JSON ignores trailing white space, and keeping it means the
+offsets of consecutive lines are contiguous, so no byte is copied. Lines that cannot go to the
+JSON engine (invalid UTF-8, over the size limit) are taken out here and returned as quarantine
+records with their raw bytes, or a pointer and sha256 for oversized ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+BOM = b"\xef\xbb\xbf"
+BATCH_ROWS = 16_384
+LINES_SCHEMA = pa.schema(
+    [("line_number", pa.int64()), ("byte_offset", pa.int64()), ("text", pa.large_string())]
+)
+
+
+@dataclass
+class Rejected:
+    """A line rejected before JSON parsing."""
+
+    line_number: int
+    byte_offset: int
+    reason: str
+    detail: str
+    raw_text: str | None
+    raw_bytes: bytes | None
+    raw_sha256: str | None = None
+    raw_length: int | None = None
+
+
+@dataclass
+class Split:
+    lines: pa.Table  # LINES_SCHEMA: candidate lines for the JSON engine
+    rejected: list[Rejected] = field(default_factory=list)
+    n_lines: int = 0  # complete lines in the buffer (candidates + rejected)
+    consumed: int = 0  # bytes of complete lines (the new watermark is start_offset + consumed)
+    tail: int = 0  # bytes after the last newline: a partial line, deferred
+
+
+def split_lines(
+    buf,
+    *,
+    start_offset: int,
+    first_line_number: int,
+    max_line_bytes: int,
+) -> Split:
+    """Split ``buf`` (bytes-like, starting at file offset ``start_offset``) into lines.
+
+    Only complete lines (ending in ``\\n``) are returned; the bytes after the last newline are
+    reported as ``tail`` for the caller to defer or seal. A UTF-8 BOM at file offset 0 is skipped.
+    """
+    data = np.frombuffer(buf, dtype=np.uint8)
+    newlines = np.flatnonzero(data == 10)
+    n = len(newlines)
+    consumed = int(newlines[-1]) + 1 if n else 0
+    tail = len(data) - consumed
+    if n == 0:
+        return Split(lines=LINES_SCHEMA.empty_table(), n_lines=0, consumed=0, tail=tail)
+
+    starts = np.empty(n + 1, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = newlines + 1
+    line_numbers = np.arange(first_line_number, first_line_number + n, dtype=np.int64)
+    byte_offsets = starts[:-1] + start_offset
+    if start_offset == 0 and bytes(data[:3]) == BOM:
+        starts[0] = 3  # line 1 still starts at byte 0; its text starts after the BOM
+
+    offsets_buf = pa.py_buffer(starts)
+    texts = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, offsets_buf, pa.py_buffer(buf)]
+    )
+    keep = np.ones(n, dtype=bool)
+    rejected: list[Rejected] = []
+
+    lengths = np.diff(starts)
+    for i in np.flatnonzero(lengths > max_line_bytes + 2):
+        raw = bytes(data[starts[i] : starts[i + 1]]).rstrip(b"\r\n")
+        if len(raw) <= max_line_bytes:
+            continue
+        keep[i] = False
+        rejected.append(
+            Rejected(
+                int(line_numbers[i]), int(byte_offsets[i]), "line_too_large",
+                f"line of {len(raw):,} bytes exceeds the {max_line_bytes:,}-byte limit; "
+                f"read it at byte offset {int(byte_offsets[i])}, length {len(raw)}",
+                None, None, hashlib.sha256(raw).hexdigest(), len(raw),
+            )
+        )
+
+    for i in _invalid_utf8(texts, keep):
+        raw = bytes(data[starts[i] : starts[i + 1]]).rstrip(b"\r\n")
+        keep[i] = False
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            detail = f"invalid UTF-8 at byte {exc.start} of the line: {exc.reason}"
+        rejected.append(
+            Rejected(
+                int(line_numbers[i]), int(byte_offsets[i]), "invalid_utf8", detail,
+                raw.decode("utf-8", errors="backslashreplace"), raw,
+            )
+        )
+
+    if keep.all():
+        strings = texts.cast(pa.large_string())
+        table = pa.table([line_numbers, byte_offsets, strings], schema=LINES_SCHEMA)
+    else:
+        mask = pa.array(keep)
+        table = pa.table(
+            [
+                pa.array(line_numbers).filter(mask),
+                pa.array(byte_offsets).filter(mask),
+                texts.filter(mask).cast(pa.large_string()),
+            ],
+            schema=LINES_SCHEMA,
+        )
+    # Record batches let DuckDB's Arrow scan spread the JSON work over every core.
+    table = pa.Table.from_batches(table.to_batches(max_chunksize=BATCH_ROWS), schema=LINES_SCHEMA)
+    return Split(lines=table, rejected=rejected, n_lines=n, consumed=consumed, tail=tail)
+
+
+def _invalid_utf8(texts: pa.LargeBinaryArray, keep: np.ndarray) -> list[int]:
+    """Indices of values that are not valid UTF-8, found by bisecting failed casts.
+
+    One cast of the whole array validates it with SIMD; only when it fails do we bisect, so the
+    cost is O(bad lines × log n) casts instead of a Python loop over every line.
+    """
+    bad: list[int] = []
+    stack = [(0, len(texts))]
+    while stack:
+        lo, hi = stack.pop()
+        if hi <= lo:
+            continue
+        try:
+            texts.slice(lo, hi - lo).cast(pa.large_string())
+            continue
+        except pa.ArrowInvalid:
+            pass
+        if hi - lo == 1:
+            if keep[lo]:
+                bad.append(lo)
+            continue
+        mid = (lo + hi) // 2
+        stack.append((mid, hi))
+        stack.append((lo, mid))
+    return sorted(bad)

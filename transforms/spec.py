@@ -1,0 +1,104 @@
+"""Declarative description of a raw source: what a valid record looks like.
+
+A ``SourceSpec`` says *what* a source is (where its files live, the fields of a record with
+their types, the identity and the last-wins order); the ingestion engine decides *how* to read
+it safely. Nothing here does I/O, so specs are cheap to build, compare and override from YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+# The JSON value types a field accepts, and the DuckDB type its value is stored as.
+FieldType = Literal["string", "int", "float", "bool", "object", "array", "any", "json_text"]
+# How a field's text becomes an instant. ``iso_naive`` is read in the source's time zone.
+TimeFormat = Literal["iso_naive", "iso_offset", "iso_any", "epoch_s", "epoch_ms"]
+Format = Literal["jsonl", "jsonl_or_array", "sqlite"]
+
+STORAGE_TYPE: dict[str, str] = {
+    "string": "varchar",
+    "int": "bigint",
+    "float": "double",
+    "bool": "boolean",
+    "object": "json",
+    "array": "json",
+    "any": "json",
+    "json_text": "json",
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a record.
+
+    ``required`` keys must be present; ``nullable`` keys may hold JSON ``null``. Checks that a
+    value must pass (``enum``, ``minimum``...) quarantine the record as ``bad_value:<name>``.
+    ``time`` turns the value into a UTC ``timestamptz`` column and keeps the text in
+    ``<name>_text``; ``time_zone`` pins a naive field to a zone regardless of the source's.
+    """
+
+    name: str
+    type: FieldType = "string"
+    required: bool = True
+    nullable: bool = False
+    enum: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    time: TimeFormat | None = None
+    time_zone: str | None = None
+
+
+@dataclass(frozen=True)
+class SqliteTable:
+    """Where a SQLite source keeps its rows.
+
+    ``key`` is the monotonically increasing integer primary key used as the high-water mark.
+    ``record_sql`` is a SQLite expression that renders one row as a JSON object (the record the
+    field schema validates), e.g. the ``value`` column, or ``json_object(...)`` of the columns.
+    """
+
+    table: str
+    key: str
+    record_sql: str
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A raw source.
+
+    ``identity``: the fields whose values identify one entity (last-wins per identity); the
+    special name ``@content`` means a hash of the record's canonical content.
+    ``order``: the leading, source-specific part of the last-wins total order (event time, then
+    a source sequence); the engine always appends ``path`` and ``byte_offset``/``line_number``
+    so the order is total and independent of listing order.
+    ``identity_sql``: optional DuckDB expression over the typed columns, when identity is a rule
+    rather than a column (the eventlog keys commits by sha, queries by query id...).
+    """
+
+    name: str
+    globs: tuple[str, ...]
+    format: Format
+    fields: tuple[Field, ...]
+    identity: tuple[str, ...]
+    order: tuple[str, ...] = ()
+    time_zone: str = "UTC"
+    sqlite: SqliteTable | None = None
+    identity_sql: str | None = None
+    description: str = ""
+    # Extra columns computed from the typed ones (name -> DuckDB expression), e.g. normalised ids.
+    derived: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"source {self.name!r} has no field {name!r}")
+
+    def with_overrides(self, **changes) -> "SourceSpec":
+        return replace(self, **changes)

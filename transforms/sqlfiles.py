@@ -1,0 +1,59 @@
+"""Run the SQL files in ``sql/``.
+
+Convention: every file is ONE lowercase ``select`` statement (CTEs welcome) named after the
+table it builds, e.g. ``sql/marts/retrieval_summary.sql`` builds ``marts.retrieval_summary``.
+Values are bound as named parameters (``$as_of``), never pasted into the text. DuckDB binds
+prepared parameters only to the last statement of a string, which is one more reason to keep
+one statement per file.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+
+@cache
+def sql_text(name: str) -> str:
+    """The text of ``sql/<name>.sql`` (``name`` like ``"marts/retrieval_summary"``)."""
+    path = SQL_DIR / f"{name}.sql"
+    text = path.read_text(encoding="utf-8").strip().rstrip(";")
+    if ";" in _strip_comments(text):
+        raise ValueError(f"{path}: one statement per file (found ';')")
+    return text
+
+
+def _strip_comments(text: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def query(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None):
+    """Run ``sql/<name>.sql`` and return the DuckDB relation/result."""
+    return con.execute(sql_text(name), params or {})
+
+
+def materialize(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    params: dict[str, Any] | None = None,
+    table: str | None = None,
+) -> int:
+    """Build table ``table`` (default: ``name`` with ``/`` as ``.``) from ``sql/<name>.sql``.
+
+    The table is replaced whole, so re-running is idempotent. Returns the row count.
+    """
+    target = table or name.replace("/", ".")
+    schema = target.split(".")[0] if "." in target else None
+    if schema:
+        con.execute(f'create schema if not exists "{schema}"')
+    con.execute(f"create or replace table {_quote_table(target)} as {sql_text(name)}", params or {})
+    return con.execute(f"select count(*) from {_quote_table(target)}").fetchall()[0][0]
+
+
+def _quote_table(name: str) -> str:
+    return ".".join(f'"{part}"' for part in name.split("."))

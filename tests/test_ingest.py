@@ -1,0 +1,390 @@
+"""The lossless reader: every line classified, at its exact line and byte offset."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+
+import pytest
+
+from conftest import SAMPLES, dumps, ingest, interaction, rows, write_lines
+from dagster_project.ingest import AccountingError, check_accounting
+
+BAD_CASES = [
+    # (line bytes, expected reason)
+    (b'{"id": "x", "input_text": "\xff\xfe broken"}', "invalid_utf8"),
+    (dumps(interaction(2))[:40].encode(), "invalid_json"),
+    (b"null", "not_an_object"),
+    (b"[1, 2]", "not_an_object"),
+    (b'"just a string"', "not_an_object"),
+    (dumps(interaction(3)).replace('"id": ', '"id": "dup", "id": ', 1).encode(), "duplicate_key"),
+    (dumps(interaction(4)).replace('"latency_ms": 812.5', '"latency_ms": NaN').encode(), "non_standard_json"),
+    (dumps(interaction(5)).replace('"tokens_used": 120', '"tokens_used": Infinity').encode(), "non_standard_json"),
+    (dumps(interaction(6))[:-1].encode() + b", }", "invalid_json"),  # trailing comma
+    (dumps({k: v for k, v in interaction(7).items() if k != "id"}).encode(), "missing_field:id"),
+    (dumps(interaction(8, was_accepted="yes")).encode(), "bad_type:was_accepted"),
+    (dumps(interaction(9, tokens_used="12")).encode(), "bad_type:tokens_used"),
+    (dumps(interaction(10, tokens_used=1.5)).encode(), "bad_type:tokens_used"),
+    (dumps(interaction(11, interaction_type="chitchat")).encode(), "bad_value:interaction_type"),
+    (dumps(interaction(12, user_feedback="meh")).encode(), "bad_value:user_feedback"),
+    (dumps(interaction(13, timestamp="yesterday")).encode(), "bad_timestamp:timestamp"),
+    (dumps(interaction(14, id=None)).encode(), "bad_type:id"),
+    (dumps(interaction(15, tokens_used=10**30)).encode(), "bad_value:tokens_used"),
+    (b'{"id": "a\\ud800b", "x": 1}', "invalid_json"),  # lone surrogate escape
+]
+
+
+def test_every_bad_line_gets_its_reason_line_and_offset(settings):
+    good = [dumps(interaction(100 + i)).encode() for i in range(3)]
+    lines = [good[0]] + [b for b, _ in BAD_CASES] + [good[1], good[2]]
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", lines)
+    data = path.read_bytes()
+
+    con, reports = ingest(settings, sources=["interactions"])
+
+    got = rows(con, "select line_number, byte_offset, reason, detail, raw_text, raw_bytes "
+                    "from ingest.quarantine order by line_number")
+    assert [(ln, reason) for ln, _, reason, *_ in got] == [(i + 2, r) for i, (_, r) in enumerate(BAD_CASES)]
+    for (line_number, offset, reason, detail, raw_text, raw_bytes), (raw, _) in zip(got, BAD_CASES):
+        assert data[offset:offset + len(raw)] == raw, f"line {line_number}: offset must point at the line"
+        assert detail, f"{reason} needs a human-readable detail"
+        if reason == "invalid_utf8":
+            assert raw_bytes == raw  # exact bytes kept
+        else:
+            assert raw_text.encode() == raw
+    assert rows(con, "select count(*) from staging.interactions") == [(3,)]
+    f = reports["interactions"].files[0]
+    assert (f.lines, f.loaded, f.quarantined, f.blank) == (len(lines), 3, len(BAD_CASES), 0)
+
+
+def test_detail_messages_name_the_problem(settings):
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_aaaaaaaa.jsonl", [
+        dumps(interaction(1, was_accepted="yes")),
+        dumps(interaction(2, interaction_type="chitchat")),
+        dumps({k: v for k, v in interaction(3).items() if k != "session_id"}),
+    ])
+    con, _ = ingest(settings, sources=["interactions"])
+    details = [d for (d,) in rows(con, "select detail from ingest.quarantine order by line_number")]
+    assert details[0] == 'expected a boolean, got a string "yes"'
+    assert details[1].startswith('value "chitchat" is not one of prompt_response|')
+    assert details[2] == 'required key "session_id" is absent'
+
+
+def test_bom_crlf_blank_lines_and_extra_keys_are_not_errors(settings):
+    lines = [b"\xef\xbb\xbf" + dumps(interaction(1)).encode() + b"\r",
+             b"", b"   \t", dumps(interaction(2, surprise={"k": [1, 2]})).encode() + b"\r"]
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_bbbbbbbb.jsonl", lines)
+    con, reports = ingest(settings, sources=["interactions"])
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    f = reports["interactions"].files[0]
+    assert (f.lines, f.loaded, f.blank) == (4, 2, 2)
+    assert rows(con, "select id, extra::varchar, line_number, byte_offset from staging.interactions order by id") == [
+        (interaction(1)["id"], None, 1, 0),
+        (interaction(2)["id"], '{"surprise":{"k":[1,2]}}', 4, len(lines[0]) + 1 + 1 + len(lines[2]) + 1),
+    ]
+
+
+def test_values_are_typed_and_text_is_kept_byte_for_byte(settings):
+    text = "naïve ✓ \"quoted\"\nsecond line\ttab 🚀"
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_cccccccc.jsonl", [
+        dumps(interaction(1, input_text=text, latency_ms=0, timestamp="2026-02-26T14:03:12")),
+    ])
+    con, _ = ingest(settings, sources=["interactions"])
+    (got,) = rows(con, "select input_text, latency_ms, tokens_used, was_accepted, timestamp_text, "
+                       "timestamp::varchar from staging.interactions")
+    assert got == (text, 0.0, 120, True, "2026-02-26T14:03:12", "2026-02-26 14:03:12+00")
+
+
+def test_naive_timestamps_read_in_the_configured_time_zone(settings, tmp_path):
+    from dataclasses import replace
+
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources:\n  interactions:\n    time_zone: Europe/Oslo\n")
+    settings = replace(settings, sources_file=sources)
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-07-01_dddddddd.jsonl",
+                [dumps(interaction(1, timestamp="2026-07-01T12:00:00"))])
+    write_lines(settings.raw_dir / "signals" / "feedback_buffer.jsonl",
+                [(SAMPLES / "energyflow-cosmology" / "feedback_buffer.jsonl").read_bytes().splitlines()[0]])
+    con, _ = ingest(settings, sources=["interactions", "signals"])
+    assert rows(con, "select timestamp::varchar from staging.interactions") == [("2026-07-01 10:00:00+00",)]
+    # signals' created_at is written in UTC whatever the source's zone
+    assert rows(con, "select created_at::varchar, timestamp::varchar from staging.signals") == [
+        ("2025-12-10 13:27:37.929481+00", "2025-12-10 12:27:37.929+00")]
+
+
+def test_partial_last_line_is_deferred_then_loaded_when_completed(settings):
+    path = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
+    first = dumps({"record_id": "r1", "feedback": "positive", "was_edited": False,
+                   "timestamp": "2026-02-26T10:00:00", "source": "manual"})
+    second = dumps({"record_id": "r2", "feedback": "negative", "was_edited": True,
+                    "timestamp": "2026-02-26T10:00:01", "source": "manual"})
+    path.parent.mkdir(parents=True)
+    path.write_text(first + "\n" + second[:25])
+
+    con, reports = ingest(settings, "run-1", sources=["feedback"])
+    f = reports["feedback"].files[0]
+    assert (f.lines, f.loaded, f.deferred_bytes) == (1, 1, 25)
+    assert rows(con, "select deferred_bytes, offset_bytes from ingest.files") == [(25, len(first) + 1)]
+
+    with path.open("a") as fh:  # the writer finishes its line
+        fh.write(second[25:] + "\n")
+    con, reports = ingest(settings, "run-2", sources=["feedback"], con=con)
+    f = reports["feedback"].files[0]
+    assert (f.event, f.lines, f.loaded, f.deferred_bytes) == ("appended", 1, 1, 0)
+    assert rows(con, "select record_id, line_number, byte_offset from staging.feedback order by 1") == [
+        ("r1", 1, 0), ("r2", 2, len(first) + 1)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+
+
+def test_partial_last_line_is_sealed_after_the_quiet_period(settings):
+    path = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"record_id": "r1", "feedb')
+    old = time.time() - 2 * settings.seal_after_seconds
+    os.utime(path, (old, old))
+    con, reports = ingest(settings, sources=["feedback"])
+    assert rows(con, "select line_number, byte_offset, reason, raw_text from ingest.quarantine") == [
+        (1, 0, "unterminated_last_line", '{"record_id": "r1", "feedb')]
+    assert rows(con, "select lines_read, rows_quarantined, deferred_bytes from ingest.files") == [(1, 1, 0)]
+    con, _ = ingest(settings, "run-2", sources=["feedback"], con=con)  # nothing new: nothing changes
+    assert rows(con, "select count(*) from ingest.quarantine") == [(1,)]
+
+
+def test_rerun_without_new_input_changes_nothing(settings):
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_eeeeeeee.jsonl",
+                [dumps(interaction(i)) for i in range(5)] + [b"null"])
+    con, _ = ingest(settings, "run-1")
+    before = {t: rows(con, f"select * from {t} order by all") for t in
+              ("raw.interactions", "staging.interactions", "ingest.quarantine", "ingest.files")}
+    con, reports = ingest(settings, "run-2", con=con)
+    assert all(f.event == "unchanged" for r in reports.values() for f in r.files)
+    for table, content in before.items():
+        assert rows(con, f"select * from {table} order by all") == content, table
+
+
+def test_rewritten_and_shrunk_files_are_reported_and_never_double_counted(settings):
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_ffffffff.jsonl",
+                       [dumps(interaction(i)) for i in range(4)] + [b"null"])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    # Rewrite: same size, one byte of the consumed prefix changed.
+    data = bytearray(path.read_bytes())
+    data[data.index(b"How")] = ord("W")
+    path.write_bytes(bytes(data))
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "rewritten"
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [(5, 4, 1)]
+    assert rows(con, "select count(*) from raw.interactions") == [(4,)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(1,)]
+    # Shrink: keep two lines.
+    write_lines(path, [dumps(interaction(i)) for i in range(2)])
+    con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "shrunk"
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [(2, 2, 0)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    events = [e for (e,) in rows(con, "select event from ingest.file_events order by occurred_at")]
+    assert events.count("rewritten") >= 1 and events.count("shrunk") >= 1
+
+
+def test_legacy_logger_files_stay_out_of_interactions(settings):
+    write_lines(settings.raw_dir / "interactions" / "2026-02-26_interactions.jsonl", [
+        dumps({"timestamp": "2026-02-26T09:00:00", "type": "interaction", "user_input": "hi",
+               "assistant_output": "hello", "tags": ["x"]}),
+        dumps({"timestamp": "2026-02-26T09:00:01", "type": "pipeline_event", "project": "p"}),
+    ])
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_12345678.jsonl",
+                [dumps(interaction(1))])
+    con, _ = ingest(settings, sources=["interactions", "legacy_log"])
+    assert rows(con, "select count(*) from staging.interactions") == [(1,)]
+    assert rows(con, "select type, user_input from staging.legacy_log order by timestamp") == [
+        ("interaction", "hi"), ("pipeline_event", None)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+
+
+def test_last_wins_ties_are_broken_by_path_then_offset(settings):
+    same_time = "2026-02-26T10:00:00"
+    a = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
+    b = settings.raw_dir / "feedback" / "2026-02-27_feedback.jsonl"
+    write_lines(b, [dumps({"record_id": "r", "feedback": "positive", "timestamp": same_time, "source": "manual"})])
+    write_lines(a, [dumps({"record_id": "r", "feedback": "negative", "timestamp": same_time, "source": "manual"}),
+                    dumps({"record_id": "r", "feedback": "neutral", "timestamp": same_time, "source": "manual"})])
+    con, _ = ingest(settings, sources=["feedback"])
+    # equal event time: the greater path wins (2026-02-27 > 2026-02-26) ...
+    assert rows(con, "select feedback, path from staging.feedback") == [("positive", "feedback/2026-02-27_feedback.jsonl")]
+    # ... and within one file the later line
+    b.unlink()
+    con, _ = ingest(settings, "run-2", sources=["feedback"], full_refresh=True, con=con)
+    assert rows(con, "select feedback, line_number from staging.feedback") == [("neutral", 2)]
+
+
+def test_weighted_queue_and_archive_are_one_history_and_arrays_are_read(settings):
+    line = '{"query":"q1","response":"r1","weight":10.0,"feedback":"never unwrap"}'
+    write_lines(settings.raw_dir / "weighted" / "training_queue.jsonl",
+                [line, '{"query":"q2","response":"r2","weight":1.0,"feedback":null}'])
+    write_lines(settings.raw_dir / "weighted" / "training_queue_archive_20260201_101500.jsonl", [line])
+    (settings.raw_dir / "weighted" / "training_queue_old.jsonl").write_text(json.dumps([
+        {"query": "q3", "response": "r3", "feedback": None, "weight": 3.0,
+         "timestamp": "2026-01-05T10:00:00Z", "tags": ["improvement"]},
+        {"query": "q4", "response": "r4", "feedback": None, "weight": 0, "timestamp": "2026-01-05T10:00:00Z", "tags": []},
+    ], indent=2))
+    write_lines(settings.raw_dir / "weighted" / "feedback.jsonl", [
+        '{"timestamp": 1767225600, "query": "q5", "response": "r5", "rating": "good", "weight": 1.0}'])
+    con, _ = ingest(settings, sources=["weighted_queue", "weighted_ratings"])
+    assert rows(con, "select query, weight from staging.weighted_queue order by query") == [
+        ("q1", 10.0), ("q2", 1.0), ("q3", 3.0)]
+    assert rows(con, "select path, line_number, reason from ingest.quarantine") == [
+        ("weighted/training_queue_old.jsonl", 2, "bad_value:weight")]
+    assert rows(con, "select timestamp::varchar, note from staging.weighted_ratings") == [("2026-01-01 00:00:00+00", None)]
+    from transforms.sqlfiles import materialize
+    materialize(con, "staging/weighted_examples")
+    assert rows(con, "select origin, query, label from staging.weighted_examples order by query") == [
+        ("queue", "q1", False), ("queue", "q2", True), ("queue", "q3", False), ("rating", "q5", True)]
+
+
+def test_corrupt_json_array_file_is_quarantined_whole(settings):
+    (settings.raw_dir / "weighted").mkdir(parents=True)
+    (settings.raw_dir / "weighted" / "training_queue_old.jsonl").write_text('[{"query": "q", "respo')
+    con, _ = ingest(settings, sources=["weighted_queue"])
+    assert rows(con, "select reason, raw_length from ingest.quarantine") == [("corrupt_file", 22)]
+    check_accounting(con)
+
+
+def test_line_over_the_size_limit_keeps_a_pointer_and_hash(settings):
+    from dataclasses import replace
+
+    settings = replace(settings, max_line_bytes=1000)
+    big = dumps(interaction(1, output_text="x" * 5000)).encode()
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_99999999.jsonl",
+                [dumps(interaction(2)), big])
+    con, _ = ingest(settings, sources=["interactions"])
+    got = rows(con, "select line_number, reason, raw_text, raw_sha256, raw_length from ingest.quarantine")
+    assert got == [(2, "line_too_large", None, hashlib.sha256(big).hexdigest(), len(big))]
+
+
+def _session_db(path, rows_):
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("""CREATE TABLE IF NOT EXISTS session_feedback (
+      insertion_order INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL,
+      session_id_opaque TEXT NOT NULL, user_id_or_null TEXT, recorded_at TEXT NOT NULL,
+      recorded_date TEXT NOT NULL,
+      label TEXT NOT NULL CHECK (label IN ('positive','negative','skip')),
+      turn_count_at_end INTEGER NOT NULL,
+      source TEXT NOT NULL CHECK (source IN ('cli_end','cli_exit','api_end')),
+      schema_version INTEGER NOT NULL DEFAULT 1, value TEXT NOT NULL)""")
+    for rid, label, value in rows_:
+        conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, "
+                     "recorded_date, label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                     (rid, "ab" * 32, None, "2026-02-26T10:00:00Z", "2026-02-26", label, 3, "cli_end", value))
+    conn.commit()
+    return conn
+
+
+def _rating(rid, label="positive", at="2026-02-26T10:00:00Z", **extra):
+    return json.dumps({"id": rid, "session_id_opaque": "ab" * 32, "user_id_or_null": None, "recorded_at": at,
+                       "recorded_date": at[:10], "label": label, "turn_count_at_end": 3, "source": "cli_end",
+                       "schema_version": 1, **extra})
+
+
+def test_sqlite_rows_are_incremental_and_bad_values_quarantined(settings):
+    db = settings.raw_dir / "sessions" / "session_feedback.sqlite3"
+    db.parent.mkdir(parents=True)
+    conn = _session_db(db, [("r1", "positive", _rating("r1")), ("r2", "skip", "{not json"),
+                            ("r1", "negative", _rating("r1", "negative", "2026-02-26T10:05:00Z", modality="voice"))])
+    con, reports = ingest(settings, sources=["session_ratings"])
+    assert rows(con, "select line_number, byte_offset, reason from ingest.quarantine") == [(2, None, "invalid_json")]
+    assert rows(con, "select id, label, modality, line_number from staging.session_ratings") == [("r1", "negative", "voice", 3)]
+    conn.execute("insert into session_feedback (id, session_id_opaque, recorded_at, recorded_date, label, "
+                 "turn_count_at_end, source, value) values ('r3', 'x', 'x', 'x', 'skip', 1, 'api_end', ?)",
+                 [_rating("r3", "skip")])
+    conn.commit()
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    f = reports["session_ratings"].files[0]
+    assert (f.event, f.lines, f.loaded) == ("appended", 1, 1)
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined, high_water_mark from ingest.files") == [(4, 3, 1, 4)]
+    conn.close()
+
+
+def test_sqlite_snapshot_is_consistent_while_another_process_writes(settings):
+    """A writer process commits batches of 10 rows during ingestion: the reader sees whole batches."""
+    import subprocess
+    import sys
+
+    db = settings.raw_dir / "sessions" / "live.sqlite3"
+    db.parent.mkdir(parents=True)
+    _session_db(db, [("seed", "positive", _rating("seed"))]).close()
+    writer = subprocess.Popen([sys.executable, "-c", f"""
+import sqlite3, json, time
+conn = sqlite3.connect({str(db)!r}, timeout=30)
+for batch in range(60):
+    with conn:
+        for i in range(10):
+            rid = f"b{{batch}}-{{i}}"
+            conn.execute("insert into session_feedback (id, session_id_opaque, recorded_at, recorded_date, "
+                         "label, turn_count_at_end, source, value) values (?, 'x', 'x', 'x', 'skip', 1, 'api_end', ?)",
+                         (rid, json.dumps({{"id": rid, "session_id_opaque": "x", "recorded_at": "2026-02-26T10:00:00Z",
+                                           "recorded_date": "2026-02-26", "label": "skip", "turn_count_at_end": 1,
+                                           "source": "api_end", "schema_version": 1}})))
+    time.sleep(0.005)
+"""])
+    con = None
+    try:
+        for run in range(15):
+            con, _ = ingest(settings, f"run-{run}", sources=["session_ratings"], con=con)
+            (loaded,) = rows(con, "select count(*) from raw.session_ratings")[0]
+            assert (loaded - 1) % 10 == 0, f"torn read: {loaded - 1} rows is not whole batches"
+    finally:
+        writer.wait(timeout=60)
+    con, _ = ingest(settings, "final", sources=["session_ratings"], con=con)
+    assert rows(con, "select count(*) from raw.session_ratings") == [(601,)]
+    check_accounting(con)
+
+
+def test_corrupt_sqlite_file_is_quarantined_not_fatal(settings):
+    path = settings.raw_dir / "sessions" / "broken.sqlite3"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"this is not a database" * 100)
+    con, _ = ingest(settings, sources=["session_ratings"])
+    assert rows(con, "select reason from ingest.quarantine") == [("corrupt_file",)]
+    check_accounting(con)
+
+
+def test_real_signal_buffer_reads_without_quarantine(settings):
+    sample = SAMPLES / "energyflow-cosmology" / "feedback_buffer.jsonl"
+    (settings.raw_dir / "signals").mkdir(parents=True)
+    (settings.raw_dir / "signals" / "feedback_buffer.jsonl").write_bytes(sample.read_bytes())
+    con, reports = ingest(settings, sources=["signals"])
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select count(*), count(distinct target_id) from staging.signals") == [(4, 2)]
+
+
+def test_real_patina_git_log_as_eventlog_reads_without_quarantine(settings):
+    gitlog = pytest.importorskip("transforms.gitlog")
+    commits = gitlog.parse_numstat_log((SAMPLES / "patina" / "git_log_numstat_2025-12-17_to_23.txt").read_text())
+    tags = gitlog.parse_session_tags((SAMPLES / "patina" / "session_tags.psv").read_text())
+    events = gitlog.to_eventlog_rows(commits, tags)
+    db = settings.raw_dir / "eventlog" / "patina.db"
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.execute("""CREATE TABLE eventlog (seq INTEGER PRIMARY KEY AUTOINCREMENT, event_type TEXT NOT NULL,
+      timestamp TEXT NOT NULL, source_id TEXT NOT NULL, source_file TEXT, data TEXT NOT NULL,
+      CHECK(json_valid(data)))""")
+    conn.executemany("insert into eventlog (event_type, timestamp, source_id, source_file, data) values (?,?,?,?,?)",
+                     [(e["event_type"], e["timestamp"], e["source_id"], e.get("source_file"), e["data"]) for e in events])
+    conn.commit()
+    conn.close()
+    con, _ = ingest(settings, sources=["eventlog"])
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select count(*) from staging.eventlog where event_type = 'git.commit'") == [(61,)]
+
+
+def test_accounting_identity_is_enforced(settings):
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_abababab.jsonl",
+                [dumps(interaction(1)), b"", b"null"])
+    con, _ = ingest(settings, sources=["interactions"])
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined, blank_lines from ingest.files") == [(3, 1, 1, 1)]
+    con.execute("update ingest.files set rows_loaded = rows_loaded + 1")
+    with pytest.raises(AccountingError, match="interactions_2026-02-26_abababab.jsonl"):
+        check_accounting(con)

@@ -105,7 +105,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         nested_check = " or ".join(
             f"coalesce(regexp_matches({v}::varchar, $nested_re), false)" for v in nested
         ) or "false"
-        extra_check = (f"(len(keys) > n_present and regexp_matches(text, $nested_re))")
+        extra_check = f"(n_keys > n_present and regexp_matches(text, $nested_re))"
         nonstandard = (f"regexp_matches(text, $comma_re) or {kind_x} or {nested_check} "
                        f"or {extra_check}")
     else:
@@ -131,7 +131,7 @@ shaped as (
 ),
 extracted as (
   select *,
-    case when root_type = 'OBJECT' then json_keys(text) end as keys,
+    case when root_type = 'OBJECT' then len(json_keys(text)) end as n_keys,
     case when root_type = 'OBJECT' then json_extract(text, $paths) end as vals
   from shaped
 ),
@@ -161,7 +161,7 @@ classified as (
       when not is_valid then 'invalid_json'
       when root_type = 'OBJECT' and ({nonstandard}) then 'strict_check'
       when root_type <> 'OBJECT' then 'not_an_object'
-      when len(keys) <> len(list_distinct(keys)) then 'duplicate_key'
+      when n_keys > n_present and len(list_distinct(json_keys(text))) < n_keys then 'duplicate_key'
       {reason_case}
     end as reason
   from timed
@@ -183,7 +183,7 @@ loaded as (
     case when reason is not null then text end as text,
     {(","+chr(10)+"    ").join(outputs)},
     {content_hash} as content_hash,
-    case when reason is null and len(keys) > n_present
+    case when reason is null and n_keys > n_present
       then nullif(json_merge_patch(text, $null_patch)::varchar, '{{}}')::json end as extra
   from explained
 )

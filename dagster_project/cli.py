@@ -25,7 +25,8 @@ app = typer.Typer(help="Flywheel Lake: lossless feedback-data pipeline.", no_arg
 quarantine_app = typer.Typer(help="Inspect, export and replay quarantined lines.", no_args_is_help=True)
 app.add_typer(quarantine_app, name="quarantine")
 console = Console(stderr=True)
-out = Console()
+# Piped output (CI logs, files) gets room for the tables instead of rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
@@ -151,7 +152,7 @@ def quarantine_list(
         "group by all order by 2 desc", {"source": source}).fetchall()
     table = Table(title="Quarantine")
     for col in ("source", "file:line", "offset", "reason", "detail", "raw"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col in ("file:line", "reason"))
     for src, path, line, offset, why, detail, raw in rows:
         table.add_row(src, f"{path}:{line}", "" if offset is None else str(offset), why, detail or "",
                       (raw or "")[:80])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -45,25 +46,44 @@ def forget_files(settings: Settings, paths: list[tuple[str, str]]) -> None:
                 con.execute(f"delete from {table} where source = ? and path = ?", [source, path])
 
 
-def run_pipeline(settings: Settings, *, full_refresh: bool = False,
-                 replay: list[tuple[str, str]] | None = None, console=None,
-                 selection: list[str] | None = None) -> PipelineResult:
-    from dagster_project.definitions import load_definitions
-
-    # Resources read FLYWHEEL_* at run time: make the settings we were given the ones they see.
-    os.environ.update({
+@contextmanager
+def environment(settings: Settings) -> Iterator[None]:
+    """Resources read FLYWHEEL_* when a run starts: let them see these settings, then restore."""
+    wanted = {
         "FLYWHEEL_RAW_DIR": str(settings.raw_dir),
         "FLYWHEEL_WAREHOUSE": str(settings.warehouse),
         "FLYWHEEL_EXPORT_DIR": str(settings.export_dir),
         "FLYWHEEL_SEAL_AFTER": f"{settings.seal_after_seconds}s",
         "FLYWHEEL_MAX_LINE_BYTES": str(settings.max_line_bytes),
-        **({"FLYWHEEL_SOURCES": str(settings.sources_file)} if settings.sources_file else {}),
-    })
+        "FLYWHEEL_SOURCES": str(settings.sources_file) if settings.sources_file else None,
+    }
+    saved = {name: os.environ.get(name) for name in wanted}
+    try:
+        for name, value in wanted.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_pipeline(settings: Settings, *, full_refresh: bool = False,
+                 replay: list[tuple[str, str]] | None = None, console=None,
+                 selection: list[str] | None = None) -> PipelineResult:
+    from dagster_project.definitions import load_definitions
+
     job = load_definitions().resolve_job_def("flywheel_job")
     if selection:
         job = job.get_subset(asset_selection={dg.AssetKey.from_user_string(s) for s in selection})
     run_id = str(uuid.uuid4())
     with ExitStack() as stack:
+        stack.enter_context(environment(settings))
         stack.enter_context(writer_lock(settings))
         if replay:
             forget_files(settings, replay)
@@ -84,4 +104,18 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                 message += f"\n  caused by: {cause.message.strip()}"
                 cause = cause.cause
             failures.append((event.step_key or "?", message.strip()))
+    if not result.success:
+        mark_failed(settings, run_id, "; ".join(f"{step}: {msg.splitlines()[0]}" for step, msg in failures))
     return PipelineResult(run_id=run_id, success=result.success, failures=failures)
+
+
+def mark_failed(settings: Settings, run_id: str, error: str) -> None:
+    """Record a failed run in ``ingest.runs`` (the published warehouse keeps its last version)."""
+    if not settings.state_db.exists():
+        return
+    from dagster_project.ingest import ensure_schema
+    from dagster_project.state import record_run
+
+    with state_connection(settings) as con:
+        ensure_schema(con)
+        record_run(con, run_id, mode="incremental", status="failed", error=error[:2000])

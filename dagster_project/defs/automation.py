@@ -61,8 +61,21 @@ def new_files_sensor(context: dg.SensorEvaluationContext, flywheel: FlywheelReso
     return dg.RunRequest(run_key=run_key, tags={"flywheel/changed_files": str(len(changed))})
 
 
+@dg.run_failure_sensor(
+    name="flywheel_mark_failed_runs",
+    monitored_jobs=[flywheel_job],
+    description="Records a failed run in ingest.runs with its error, so `flywheel status` shows it.",
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def mark_failed_runs(context: dg.RunFailureSensorContext, flywheel: FlywheelResource):
+    from dagster_project.pipeline import mark_failed
+
+    mark_failed(flywheel.settings(), context.dagster_run.run_id,
+                context.failure_event.message or "run failed")
+
+
 defs = dg.Definitions(
     jobs=[flywheel_job],
     schedules=[daily_schedule],
-    sensors=[new_files_sensor],
+    sensors=[new_files_sensor, mark_failed_runs],
 )

@@ -41,6 +41,17 @@ class FlywheelResource(dg.ConfigurableResource):
     def sources(self) -> dict[str, SourceSpec]:
         return load_sources(self.settings().sources_file)
 
+    def pseudonym_key(self, log=None) -> bytes:
+        """FLYWHEEL_PSEUDONYM_KEY, or a key generated once and kept beside the warehouse."""
+        from transforms.pseudonyms import load_or_create_key
+
+        settings = self.settings()
+        key, created = load_or_create_key(settings.pseudonym_key, settings.pseudonym_key_file)
+        if created and log is not None:
+            log.warning(f"FLYWHEEL_PSEUDONYM_KEY is not set: generated a key in {settings.pseudonym_key_file}; "
+                        "keep it (pseudonyms change with the key) and set the variable in production")
+        return key
+
     @contextmanager
     def state(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The writer's state database, under the single-writer lock."""

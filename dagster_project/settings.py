@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +31,17 @@ class Settings:
     max_line_bytes: int = 16 * 1024 * 1024
     pseudonym_key: str | None = field(default=None, repr=False)
     dpo_max_pairs: int = 16
+    as_of: date | None = None  # the run date for decay and retention; None: today (UTC)
+    eval_fraction: float = 0.05
+    session_retention_days: int = 180
+
+    @property
+    def run_date(self) -> date:
+        return self.as_of or datetime.now(timezone.utc).date()
+
+    @property
+    def pseudonym_key_file(self) -> Path:
+        return self.state_dir / "pseudonym.key"
 
     @property
     def state_dir(self) -> Path:
@@ -58,4 +70,7 @@ class Settings:
             max_line_bytes=int(env.get("FLYWHEEL_MAX_LINE_BYTES", 16 * 1024 * 1024)),
             pseudonym_key=env.get("FLYWHEEL_PSEUDONYM_KEY") or None,
             dpo_max_pairs=int(env.get("FLYWHEEL_DPO_MAX_PAIRS", 16)),
+            as_of=date.fromisoformat(env["FLYWHEEL_AS_OF"]) if env.get("FLYWHEEL_AS_OF") else None,
+            eval_fraction=float(env.get("FLYWHEEL_EVAL_FRACTION", 0.05)),
+            session_retention_days=int(env.get("FLYWHEEL_SESSION_RETENTION_DAYS", 180)),
         )

@@ -1,0 +1,65 @@
+"""Marts and training-set tables: labels, ratings and outcomes, TRL training sets."""
+
+import dagster as dg
+
+from dagster_project.metadata import markdown_table
+from dagster_project.tables import TableGroup, table_assets
+from transforms import labels, training
+
+LABELS = TableGroup(
+    name="interaction_labels",
+    group="marts",
+    tables=["marts.interaction_labels", "marts.orphan_feedback"],
+    deps=["staging/interactions", "staging/feedback"],
+    build=lambda con, flywheel, context: labels.build_labels(con),
+    description="final label per interaction from its inline feedback and every sidecar event "
+    "(last event wins); sidecar rows whose interaction has not arrived yet wait in orphan_feedback.",
+    headline=lambda con: {"marts.interaction_labels": {"by_label": dg.MetadataValue.md(markdown_table(
+        con, "select label, label_source, count(*) as interactions, count_if(conflicting) as conflicting "
+             "from marts.interaction_labels group by all order by all"))}},
+)
+
+
+def _ratings_and_outcomes(con, flywheel, context):
+    settings = flywheel.settings()
+    return labels.build_marts(con, as_of=settings.run_date, retention_days=settings.session_retention_days,
+                              pseudonym_key=flywheel.pseudonym_key(context.log))
+
+
+RATINGS_AND_OUTCOMES = TableGroup(
+    name="ratings_and_outcomes",
+    group="marts",
+    tables=["marts.session_satisfaction", "marts.session_rating_matches", "marts.outcome_rates"],
+    deps=["staging/session_ratings", "staging/interactions", "staging/outcomes"],
+    build=_ratings_and_outcomes,
+    description="latest end-of-session rating per session by day, source and modality (retention "
+    "applied) and how many rated sessions match interactions; outcome acceptance by day, model, "
+    "task type and strategy arm.",
+    headline=lambda con: {"marts.session_rating_matches": {"matches": dg.MetadataValue.md(
+        markdown_table(con, "select * from marts.session_rating_matches"))}},
+)
+
+
+def _training_sets(con, flywheel, context):
+    settings = flywheel.settings()
+    return training.build_training_sets(
+        con, pseudonym_key=flywheel.pseudonym_key(context.log), as_of=settings.run_date,
+        eval_fraction=settings.eval_fraction, dpo_max_pairs=settings.dpo_max_pairs)
+
+
+TRAINING_SETS = TableGroup(
+    name="training_sets",
+    group="exports",
+    tables=["exports.sft", "exports.kto", "exports.dpo", "exports.weighted"],
+    deps=["marts/interaction_labels", "staging/interactions", "staging/weighted_examples"],
+    build=_training_sets,
+    description="TRL conversational training set built from the final labels (split by a hash of "
+    "the normalised prompt; ids pseudonymised).",
+    headline=lambda con: {"exports.kto": {"class_balance": dg.MetadataValue.json(
+        training.kto_balance(con))}},
+)
+
+GROUPS = [LABELS, RATINGS_AND_OUTCOMES, TRAINING_SETS]
+TABLE_KEYS = [group.key(table) for group in GROUPS for table in group.tables]
+
+defs = dg.Definitions(assets=[table_assets(group) for group in GROUPS])

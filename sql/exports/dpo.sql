@@ -1,0 +1,104 @@
+-- DPO preference pairs.
+--
+-- Groups: interactions whose final label (marts.interaction_labels) is positive or negative,
+-- grouped by (normalised input_text, normalised context) (fw_norm: NFC, whitespace runs -> one
+-- space, trimmed).
+-- Responses: within a group and side, a response is a distinct output_text (byte-equal);
+-- interactions repeating it byte for byte add nothing, so the one with the smallest
+-- sha256(id) represents it (its id, prompt and provenance are published).
+-- Pairs: each positive response with each negative response of its group, except pairs whose
+-- texts are byte-identical.
+-- Cap ($max_pairs, FLYWHEEL_DPO_MAX_PAIRS; NULL = no cap), deterministic and independent of
+-- input order: per side only the first $max_pairs + 1 responses by sha256(id) are candidates
+-- (which bounds the work on a hot prompt with thousands of answers, and still leaves at least
+-- min($max_pairs, all valid pairs) candidates, since a response text can equal at most one
+-- response of the other side), then the pairs with the smallest
+-- sha256(chosen_id || ':' || rejected_id) are kept.
+-- prompt = the chosen interaction's prompt messages (system context when not blank, user
+-- input, byte for byte); chosen / rejected = one assistant message each.
+-- Retention as for sft (interactions, relative to $as_of).
+with labelled as (
+    select
+        i.id,
+        i.input_text,
+        i.context,
+        i.output_text,
+        i.path,
+        i.line_number,
+        l.label,
+        fw_norm(i.input_text) as norm_prompt,
+        fw_norm(i.context) as norm_context,
+        sha256(i.id) as id_hash
+    from staging.interactions as i
+    join marts.interaction_labels as l on l.interaction_id = i.id
+    where l.label in ('positive', 'negative')
+        and ($interactions_retention_days is null
+            or i."timestamp" >= timezone('UTC', $as_of::date::timestamp
+                                         - to_days($interactions_retention_days::integer)))
+),
+
+responses as (
+    select *
+    from labelled
+    qualify row_number() over (
+        partition by norm_prompt, norm_context, label, encode(output_text)
+        order by id_hash, id
+    ) = 1
+),
+
+candidates as (
+    select *
+    from responses
+    qualify $max_pairs is null or row_number() over (
+        partition by norm_prompt, norm_context, label
+        order by id_hash, id
+    ) <= $max_pairs + 1
+),
+
+pairs as (
+    select
+        p.norm_prompt,
+        p.norm_context,
+        p.context,
+        p.input_text,
+        p.output_text as chosen_text,
+        n.output_text as rejected_text,
+        p.id as chosen_id,
+        n.id as rejected_id,
+        sha256(p.id || ':' || n.id) as pair_hash,
+        p.path as chosen_source_path,
+        p.line_number as chosen_source_line,
+        n.path as rejected_source_path,
+        n.line_number as rejected_source_line
+    from candidates as p
+    join candidates as n
+        on p.norm_prompt = n.norm_prompt
+        and p.norm_context = n.norm_context
+    where p.label = 'positive'
+        and n.label = 'negative'
+        and encode(p.output_text) <> encode(n.output_text)
+),
+
+capped as (
+    select *
+    from pairs
+    qualify $max_pairs is null or row_number() over (
+        partition by norm_prompt, norm_context
+        order by pair_hash, chosen_id, rejected_id
+    ) <= $max_pairs
+)
+
+select
+    fw_prompt(context, input_text) as prompt,
+    fw_completion(chosen_text) as chosen,
+    fw_completion(rejected_text) as rejected,
+    chosen_id,
+    rejected_id,
+    fw_split(norm_prompt, $eval_fraction) as split,
+    sha256(norm_prompt || chr(0) || norm_context) as prompt_group,
+    chosen_source_path,
+    chosen_source_line,
+    rejected_source_path,
+    rejected_source_line
+from capped
+order by prompt_group, pair_hash, chosen_id, rejected_id

@@ -1,0 +1,64 @@
+-- KTO: unpaired labelled examples.
+--   interactions: final label positive -> true, negative -> false, neutral excluded; weight 1.
+--   weighted examples (staging.weighted_examples): their computed label (queue weight <= 1 ->
+--   true, > 1 -> false; ratings good -> true); sample_weight = the example's weight.
+-- origin: 'interaction' | 'weighted_queue' | 'weighted_rating'. example_id is the interaction
+-- id or the weighted example's content hash. Retention per source relative to $as_of
+-- (NULL keeps all; weighted queue lines without a timestamp are always kept).
+with labelled as (
+    select i.*, l.label
+    from staging.interactions as i
+    join marts.interaction_labels as l on l.interaction_id = i.id
+    where l.label in ('positive', 'negative')
+        and ($interactions_retention_days is null
+            or i."timestamp" >= timezone('UTC', $as_of::date::timestamp
+                                         - to_days($interactions_retention_days::integer)))
+),
+
+weighted as (
+    select *
+    from staging.weighted_examples
+    where case origin
+        when 'queue' then $queue_retention_days is null or "timestamp" is null
+            or "timestamp" >= timezone('UTC', $as_of::date::timestamp
+                                       - to_days($queue_retention_days::integer))
+        else $ratings_retention_days is null
+            or "timestamp" >= timezone('UTC', $as_of::date::timestamp
+                                       - to_days($ratings_retention_days::integer))
+    end
+),
+
+examples as (
+    select
+        fw_prompt(context, input_text) as prompt,
+        fw_completion(output_text) as completion,
+        label = 'positive' as label,
+        1.0::double as sample_weight,
+        fw_split(fw_norm(input_text), $eval_fraction) as split,
+        'interaction' as origin,
+        id as example_id,
+        path as source_path,
+        line_number as source_line,
+        byte_offset as source_byte_offset,
+        fw_session_pseudonym(session_id) as session_pseudonym
+    from labelled
+
+    union all
+
+    select
+        fw_prompt(null, query) as prompt,
+        fw_completion(response) as completion,
+        label,
+        weight::double as sample_weight,
+        fw_split(fw_norm(query), $eval_fraction) as split,
+        case origin when 'queue' then 'weighted_queue' else 'weighted_rating' end as origin,
+        content_hash as example_id,
+        path as source_path,
+        line_number as source_line,
+        byte_offset as source_byte_offset,
+        null::varchar as session_pseudonym
+    from weighted
+)
+
+select * from examples
+order by origin, example_id

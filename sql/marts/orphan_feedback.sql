@@ -1,0 +1,34 @@
+-- Sidecar feedback whose record_id matches no interaction (yet). One row per record_id.
+-- first_seen / last_seen are the events' own timestamps; latest_feedback is the label the
+-- interaction will get from these events when it arrives (same order as interaction_labels).
+-- Rebuilt from all data every run: a record leaves this table once its interaction is ingested.
+with events as (
+    select distinct
+        record_id,
+        feedback,
+        coalesce(source, 'manual') as source,
+        "timestamp",
+        path,
+        byte_offset,
+        line_number
+    from raw.feedback
+    where record_id not in (select id from staging.interactions where id is not null)
+)
+
+select
+    record_id,
+    count(*) as n_events,
+    min("timestamp") as first_seen,
+    max("timestamp") as last_seen,
+    max({
+        't': "timestamp",
+        'p': coalesce(path, ''),
+        'o': coalesce(byte_offset, -1),
+        'l': coalesce(line_number, -1),
+        'f': feedback,
+        's': source
+    }).f as latest_feedback,
+    min(path) as first_path
+from events
+group by record_id
+order by record_id

@@ -1,0 +1,419 @@
+"""Training sets (SPEC 4.4 / 5), text normalisation, splits and pseudonyms."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import stat
+import sys
+from datetime import date
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from staging_fixtures import DEFAULT_SESSION, Lake, interaction_id
+from transforms import pseudonyms, text
+from transforms.labels import build_labels
+from transforms.pseudonyms import load_or_create_key, pseudonym, session_pseudonym
+from transforms.text import normalize_text, split_bucket, split_of
+from transforms.training import PUBLIC_COLUMNS, build_training_sets, kto_balance, public_columns
+
+KEY = b"test-key"
+AS_OF = date(2026, 3, 1)
+IPATH = "interactions/interactions_2026-02-26_5b0c2f7e.jsonl"
+SESSION_P = session_pseudonym(KEY, DEFAULT_SESSION)
+MESSAGE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+
+
+def user(t):
+    return [{"role": "user", "content": t}]
+
+
+def system(c, t):
+    return [{"role": "system", "content": c}, {"role": "user", "content": t}]
+
+
+def assistant(t):
+    return [{"role": "assistant", "content": t}]
+
+
+def build(lake: Lake, **kw) -> dict[str, int]:
+    lake.stage()
+    build_labels(lake.con)
+    kw.setdefault("pseudonym_key", KEY)
+    kw.setdefault("as_of", AS_OF)
+    return build_training_sets(lake.con, **kw)
+
+
+# ---------------------------------------------------------------------------- sft / kto / weighted
+
+
+def small_lake() -> Lake:
+    lake = Lake()
+    lake.interaction(1, input_text="question 0", output_text="A1", context="ctx", user_feedback="positive")
+    lake.interaction(2, input_text="question 1", output_text="A2", user_feedback="negative")
+    lake.interaction(3, input_text="question 1", output_text="A3", user_feedback="positive", was_accepted=False)
+    lake.interaction(4, input_text="question 1", output_text="A4", user_feedback="negative")
+    lake.feedback(4, "positive", "2026-02-26T15:00:00", source="manual", was_edited=True)
+    lake.interaction(5, input_text="question 1", output_text="A5")
+    lake.interaction(6, input_text="question 1", output_text="A6", user_feedback="neutral")
+    lake.weighted_queue("question 0", "W1", 10.0, "never do this")
+    lake.weighted_queue("question 2", "W2", 1.0)
+    lake.weighted_queue("question 2", "W2", 1.0, path="weighted/training_queue_archive_20260226_120000.jsonl")
+    lake.weighted_rating("question 3", "W3", "bad", 10.0, 1772114400, note="wrong")
+    return lake
+
+
+def test_sft_exact_rows():
+    lake = small_lake()
+    counts = build(lake)
+    assert counts == {"exports.sft": 2, "exports.kto": 7, "exports.dpo": 2, "exports.weighted": 3}
+    assert lake.rows("select prompt, completion, sample_weight, split, interaction_id, source_path, "
+                     "source_line, session_pseudonym, label_source, was_edited from exports.sft") == [
+        (system("ctx", "question 0"), assistant("A1"), 1.0, "eval", interaction_id(1), IPATH, 1,
+         SESSION_P, "inline", False),
+        (user("question 1"), assistant("A4"), 1.0, "train", interaction_id(4), IPATH, 4,
+         SESSION_P, "manual", True),
+    ]
+
+
+def test_kto_exact_rows_and_balance():
+    lake = small_lake()
+    build(lake)
+    assert lake.rows("select prompt, completion, label, sample_weight, split, origin, example_id "
+                     "from exports.kto where origin = 'interaction'") == [
+        (system("ctx", "question 0"), assistant("A1"), True, 1.0, "eval", "interaction", interaction_id(1)),
+        (user("question 1"), assistant("A2"), False, 1.0, "train", "interaction", interaction_id(2)),
+        (user("question 1"), assistant("A3"), True, 1.0, "train", "interaction", interaction_id(3)),
+        (user("question 1"), assistant("A4"), True, 1.0, "train", "interaction", interaction_id(4)),
+    ]
+    # Queue + archive copies of one line are one example; the neutral interaction (6) and the
+    # unlabelled one (5) are not examples.
+    assert lake.rows("select prompt, completion, label, sample_weight, split, origin, source_path "
+                     "from exports.kto where origin <> 'interaction' order by prompt[1].content") == [
+        (user("question 0"), assistant("W1"), False, 10.0, "eval", "weighted_queue",
+         "weighted/training_queue.jsonl"),
+        (user("question 2"), assistant("W2"), True, 1.0, "train", "weighted_queue",
+         "weighted/training_queue_archive_20260226_120000.jsonl"),
+        (user("question 3"), assistant("W3"), False, 10.0, "train", "weighted_rating",
+         "weighted/feedback.jsonl"),
+    ]
+    assert kto_balance(lake.con) == {
+        "rows": 7, "true": 4, "false": 3, "true_fraction": 4 / 7,
+        "weight_true": 4.0, "weight_false": 21.0, "weighted_true_fraction": 4 / 25,
+        "by_origin": {"interaction": {"true": 3, "false": 1},
+                      "weighted_queue": {"true": 1, "false": 1},
+                      "weighted_rating": {"true": 0, "false": 1}},
+        "by_split": {"eval": {"true": 1, "false": 1}, "train": {"true": 3, "false": 2}},
+        "suggested_desirable_weight": 3 / 4,
+    }
+
+
+def test_weighted_exact_rows():
+    lake = small_lake()
+    build(lake)
+    assert lake.rows("select prompt, completion, weight, note, label, split, origin, source_path "
+                     "from exports.weighted order by origin, prompt[1].content") == [
+        (user("question 0"), assistant("W1"), 10.0, "never do this", False, "eval", "weighted_queue",
+         "weighted/training_queue.jsonl"),
+        (user("question 2"), assistant("W2"), 1.0, None, True, "train", "weighted_queue",
+         "weighted/training_queue_archive_20260226_120000.jsonl"),
+        (user("question 3"), assistant("W3"), 10.0, "wrong", False, "train", "weighted_rating",
+         "weighted/feedback.jsonl"),
+    ]
+
+
+def test_public_columns_come_first_in_contract_order():
+    lake = small_lake()
+    build(lake)
+    for name, cols in PUBLIC_COLUMNS.items():
+        assert public_columns(lake.con, name)[:len(cols)] == cols, name
+
+
+def test_message_columns_have_the_trl_arrow_type():
+    lake = small_lake()
+    build(lake)
+    for table, cols in {"sft": ["prompt", "completion"], "kto": ["prompt", "completion"],
+                        "dpo": ["prompt", "chosen", "rejected"],
+                        "weighted": ["prompt", "completion"]}.items():
+        schema = lake.con.sql(f"select * from exports.{table}").to_arrow_table().schema
+        for col in cols:
+            assert schema.field(col).type == MESSAGE, (table, col)
+    assert schema.field("label").type == pa.bool_()
+    assert schema.field("weight").type == pa.float64()
+
+
+def test_text_is_published_byte_for_byte():
+    lake = Lake()
+    raw_in = "  Cafe\u0301\r\n  how?\t"
+    raw_ctx = " ctx\u00a0 "
+    raw_out = "\ufeffkeep  this \n"
+    lake.interaction(1, input_text=raw_in, context=raw_ctx, output_text=raw_out, user_feedback="positive")
+    lake.interaction(2, input_text="x", context=" \t\u3000", output_text="y", user_feedback="positive")
+    build(lake)
+    assert lake.rows("select prompt, completion from exports.sft") == [
+        (system(raw_ctx, raw_in), assistant(raw_out)),
+        (user("x"), assistant("y")),  # a blank context is no system message
+    ]
+
+
+# ---------------------------------------------------------------------------- dpo
+
+
+def test_dpo_exact_pairs_grouping_and_identical_responses():
+    lake = Lake()
+    # One group: same question modulo NFC and whitespace, blank contexts.
+    lake.interaction(1, input_text="Café  how?", context="", output_text="good", user_feedback="positive")
+    lake.interaction(2, input_text=" Cafe\u0301 how?\n", context=None, output_text="bad", user_feedback="negative")
+    lake.interaction(3, input_text="Café how?", context="  ", output_text="good", user_feedback="negative")
+    lake.interaction(4, input_text="Café how?", output_text="meh", user_feedback="neutral")
+    # Same question, other context: its own group; its negative has no positive.
+    lake.interaction(5, input_text="Café how?", context="py", output_text="worse", user_feedback="negative")
+    # Positive by the sidecar (inline negative superseded) in a group of its own.
+    lake.interaction(6, input_text="other", context="sys", output_text="O+", user_feedback="negative")
+    lake.feedback(6, "positive", "2026-02-26T15:00:00")
+    lake.interaction(7, input_text="other", context="sys ", output_text="O-", user_feedback="negative")
+    counts = build(lake)
+    assert counts["exports.dpo"] == 2
+    got = lake.rows("select prompt, chosen, rejected, chosen_id, rejected_id, split from exports.dpo "
+                    "order by chosen_id")
+    assert got == [
+        (user("Café  how?"), assistant("good"), assistant("bad"), interaction_id(1), interaction_id(2),
+         split_of("Café how?")),
+        (system("sys", "other"), assistant("O+"), assistant("O-"), interaction_id(6), interaction_id(7),
+         split_of("other")),
+    ]  # (1, 3) excluded: byte-identical responses
+
+
+def cap_lake(reverse: bool) -> Lake:
+    lake = Lake()
+    ids = list(range(1, 11))
+    for i in (reversed(ids) if reverse else ids):
+        lake.interaction(i, input_text="Same prompt", output_text=f"answer {i}",
+                         user_feedback="positive" if i <= 5 else "negative",
+                         path=f"interactions/interactions_2026-02-2{i % 3}_5b0c2f7e.jsonl")
+    return lake
+
+
+def expected_cap(n: int) -> set[tuple[str, str]]:
+    """The rule: the first n + 1 responses per side by sha256(id), then the n smallest pair hashes."""
+    def first(ids):
+        return sorted(ids, key=lambda i: hashlib.sha256(interaction_id(i).encode()).hexdigest())[:n + 1]
+    pairs = [(interaction_id(p), interaction_id(q)) for p in first(range(1, 6)) for q in first(range(6, 11))]
+    pairs.sort(key=lambda pq: (hashlib.sha256(f"{pq[0]}:{pq[1]}".encode()).hexdigest(), pq))
+    return set(pairs[:n])
+
+
+def test_dpo_cap_is_exact_and_deterministic_across_runs_and_input_order():
+    a, b = cap_lake(False), cap_lake(True)
+    assert build(a)["exports.dpo"] == 16
+    assert build(b)["exports.dpo"] == 16
+    first = a.rows("select chosen_id, rejected_id from exports.dpo")
+    assert set(first) == expected_cap(16)
+    assert b.rows("select chosen_id, rejected_id from exports.dpo") == first
+    assert build(a)["exports.dpo"] == 16 and a.rows("select chosen_id, rejected_id from exports.dpo") == first
+    assert build(a, dpo_max_pairs=3)["exports.dpo"] == 3
+    assert set(a.rows("select chosen_id, rejected_id from exports.dpo")) == expected_cap(3)
+    assert build(a, dpo_max_pairs=None)["exports.dpo"] == 25
+    with pytest.raises(ValueError):
+        build(a, dpo_max_pairs=0)
+
+
+def h(i: int) -> str:
+    return hashlib.sha256(interaction_id(i).encode()).hexdigest()
+
+
+def test_dpo_repeated_responses_count_once_with_the_smallest_hash_id():
+    lake = Lake()
+    for i in (1, 2, 3):
+        lake.interaction(i, input_text="p", output_text="good", user_feedback="positive")
+    lake.interaction(4, input_text="p", output_text="bad", user_feedback="negative")
+    lake.interaction(5, input_text="p", output_text="bad", user_feedback="negative")
+    build(lake)
+    rep_pos = min((1, 2, 3), key=h)
+    rep_neg = min((4, 5), key=h)
+    assert lake.rows("select chosen_id, rejected_id, chosen, rejected from exports.dpo") == [
+        (interaction_id(rep_pos), interaction_id(rep_neg), assistant("good"), assistant("bad"))]
+
+
+def test_dpo_cap_is_filled_even_when_a_candidate_text_is_on_both_sides():
+    lake = Lake()
+    lake.interaction(1, input_text="p", output_text="same", user_feedback="positive")
+    for i in range(2, 40):
+        lake.interaction(i, input_text="p", output_text="same" if i == 2 else f"no {i}",
+                         user_feedback="negative")
+    assert build(lake)["exports.dpo"] == 16
+    assert lake.rows("select count(*) from exports.dpo where rejected_id = $r",
+                     {"r": interaction_id(2)}) == [(0,)]
+
+
+def test_dpo_hot_prompt_is_bounded_and_deterministic():
+    lake = Lake()
+    for i in range(1, 601):
+        lake.interaction(i, input_text="continue", output_text=f"answer {i}",
+                         user_feedback="positive" if i % 2 else "negative")
+    assert build(lake)["exports.dpo"] == 16
+    pos = sorted(range(1, 601, 2), key=h)[:17]
+    neg = sorted(range(2, 601, 2), key=h)[:17]
+    pairs = sorted(((interaction_id(p), interaction_id(n)) for p in pos for n in neg),
+                   key=lambda pq: hashlib.sha256(f"{pq[0]}:{pq[1]}".encode()).hexdigest())[:16]
+    assert lake.rows("select chosen_id, rejected_id from exports.dpo") == pairs
+
+
+# ---------------------------------------------------------------------------- splits, normalisation
+
+
+def test_split_hash_definition_is_pinned():
+    # sha256('question 0')[:15] as an integer, mod 10000 — a change of definition fails here.
+    assert split_bucket("question 0") == 70
+    assert split_bucket("How do I read a file?") == 4962
+    assert split_of("  question\u00a00 ") == "eval"
+    assert split_of("question 0", 0.0) == "train"
+    assert split_of("How do I read a file?", 0.4962) == "train"
+    assert split_of("How do I read a file?", 0.4963) == "eval"
+
+
+def test_eval_fraction_bounds():
+    lake = small_lake()
+    build(lake, eval_fraction=1.0)
+    assert lake.rows("select distinct split from exports.kto") == [("eval",)]
+    build(lake, eval_fraction=0.0)
+    assert lake.rows("select distinct split from exports.kto") == [("train",)]
+    with pytest.raises(ValueError):
+        build(lake, eval_fraction=1.5)
+
+
+def test_whitespace_class_is_pythons_isspace():
+    assert set(text.WHITESPACE_CHARS) == {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()}
+    con = Lake().con
+    text.register(con)
+    got = con.execute("select fw_norm($s)", {"s": "a" + "a".join(text.WHITESPACE_CHARS) + "a"}).fetchall()
+    assert got == [(" ".join("a" * (len(text.WHITESPACE_CHARS) + 1)),)]
+
+
+ALPHABET = st.sampled_from(list("aAeé\u0301 \t\n\u00a0\u2003\u3000xZ?") + ["e\u0301", "\r\n"])
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.lists(ALPHABET, max_size=12).map("".join),
+       st.one_of(st.floats(0, 1), st.sampled_from([0.05, 0.00005, 0.00015, 0.5, 1.0])))
+def test_sql_normalisation_and_split_match_python(s, fraction):
+    con = _norm_con()
+    assert con.execute("select fw_norm($s)", {"s": s}).fetchall() == [(normalize_text(s),)]
+    assert con.execute("select fw_split(fw_norm($s), $f)", {"s": s, "f": fraction}).fetchall() == [
+        (split_of(s, fraction),)]
+
+
+_CON = None
+
+
+def _norm_con():
+    global _CON
+    if _CON is None:
+        _CON = Lake().con
+        text.register(_CON)
+    return _CON
+
+
+@hsettings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.lists(ALPHABET, min_size=1, max_size=6).map("".join),
+                          st.sampled_from(["positive", "negative", "neutral"]),
+                          st.sampled_from(["r1", "r2", "r3"]),
+                          st.booleans()),
+                min_size=1, max_size=12))
+def test_no_normalised_prompt_in_both_splits(items):
+    lake = Lake()
+    for n, (prompt, fb, out, accepted) in enumerate(items, start=1):
+        lake.interaction(n, input_text=prompt, output_text=out, user_feedback=fb, was_accepted=accepted)
+        lake.weighted_queue(prompt, out, 1.0 if accepted else 10.0)
+    build(lake, eval_fraction=0.5)
+    rows = lake.rows(
+        "select fw_norm(list_filter(prompt, lambda m: m.role = 'user')[1].content) as p, split from ("
+        "select prompt, split from exports.sft union all select prompt, split from exports.kto "
+        "union all select prompt, split from exports.dpo union all select prompt, split from exports.weighted)")
+    seen: dict[str, set[str]] = {}
+    for p, split in rows:
+        seen.setdefault(p, set()).add(split)
+    assert all(len(s) == 1 for s in seen.values())
+    assert all(s == {split_of(p, 0.5)} for p, s in seen.items())
+
+
+# ---------------------------------------------------------------------------- retention
+
+
+def test_retention_per_source_in_exports():
+    lake = Lake()
+    lake.interaction(1, timestamp="2025-01-01T00:00:00", user_feedback="positive")
+    lake.interaction(2, timestamp="2026-02-28T00:00:00", user_feedback="positive")
+    lake.weighted_queue("old-or-unknown", "r", 1.0)  # no timestamp: kept
+    lake.weighted_rating("old", "r", "good", 1.0, 1700000000)  # 2023-11-14
+    lake.weighted_rating("new", "r", "good", 1.0, 1772114400)  # 2026-02-26
+    counts = build(lake, retention_days={"interactions": 30, "weighted_ratings": 30, "weighted_queue": 30})
+    assert counts == {"exports.sft": 1, "exports.kto": 3, "exports.dpo": 0, "exports.weighted": 2}
+    assert lake.rows("select example_id from exports.kto where origin = 'interaction'") == [(interaction_id(2),)]
+    assert sorted(lake.rows("select prompt[1].content from exports.weighted")) == [("new",), ("old-or-unknown",)]
+    assert build(lake)["exports.kto"] == 5
+    with pytest.raises(ValueError):
+        build(lake, retention_days={"sessions": 3})
+
+
+# ---------------------------------------------------------------------------- pseudonyms
+
+
+def test_pseudonym_format_and_stability():
+    p = pseudonym(KEY, "abc")
+    assert p == "p_" + hmac.new(KEY, b"abc", hashlib.sha256).hexdigest()[:32]
+    assert p == "p_5d0ea494ece26078f3d279ea524a2dd1"
+    assert re.fullmatch(r"p_[0-9a-f]{32}", p)
+    assert pseudonym(KEY, "abc") == p and pseudonym(b"other", "abc") != p
+    assert session_pseudonym(KEY, DEFAULT_SESSION) == pseudonym(
+        KEY, hashlib.sha256(DEFAULT_SESSION.encode()).hexdigest())
+    with pytest.raises(ValueError):
+        pseudonym(b"", "abc")
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(key=st.binary(min_size=1, max_size=100), values=st.lists(st.text(max_size=40), max_size=5))
+def test_sql_pseudonyms_equal_python(key, values):
+    con = _norm_con()
+    pseudonyms.register(con, key)
+    got = [tuple(r) for r in con.execute(
+        "select fw_pseudonym(v), fw_session_pseudonym(v) from (select unnest($vs) as v, "
+        "unnest(range(len($vs))) as i) order by i", {"vs": values}).fetchall()] if values else []
+    assert got == [(pseudonym(key, v), session_pseudonym(key, v)) for v in values]
+    for v, (p, _) in zip(values, got):
+        assert p != v
+    assert con.execute("select fw_pseudonym(null)").fetchall() == [(None,)]
+
+
+def test_exports_never_carry_raw_session_or_user_ids():
+    lake = small_lake()
+    lake.session_rating(hashlib.sha256(DEFAULT_SESSION.encode()).hexdigest(), "positive",
+                        user_id_or_null="user-42")
+    build(lake)
+    raw_ids = {DEFAULT_SESSION, hashlib.sha256(DEFAULT_SESSION.encode()).hexdigest(), "user-42"}
+    for table in PUBLIC_COLUMNS:
+        for row in lake.rows(f"select * from exports.{table}"):
+            assert not ({str(v) for v in row} & raw_ids), table
+    # Sessions are joinable through the pseudonym of the opaque id, without either raw id.
+    assert lake.rows("select distinct session_pseudonym from exports.sft") == [(SESSION_P,)]
+    assert lake.rows("select distinct fw_pseudonym(session_id_opaque) from staging.session_ratings") == [(SESSION_P,)]
+
+
+def test_load_or_create_key(tmp_path):
+    path = tmp_path / "state" / "pseudonym.key"
+    assert load_or_create_key("from-env", path) == (b"from-env", False)
+    assert not path.exists()
+    key, created = load_or_create_key(None, path)
+    assert created and re.fullmatch(rb"[0-9a-f]{64}", key)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert load_or_create_key("", path) == (key, False)
+    assert load_or_create_key(None, path) == (key, False)
+    # The file's text used as FLYWHEEL_PSEUDONYM_KEY gives the same key.
+    assert load_or_create_key(path.read_text().strip(), tmp_path / "unused") == (key, False)
+    path.write_text("\n")
+    with pytest.raises(ValueError):
+        load_or_create_key(None, path)

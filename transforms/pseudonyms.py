@@ -1,0 +1,116 @@
+"""Keyed pseudonyms for session and user ids (HMAC-SHA-256 with ``FLYWHEEL_PSEUDONYM_KEY``).
+
+Format: ``'p_' + the first 32 hex digits`` (128 bits) of ``HMAC-SHA-256(key, utf8(value))``.
+128 bits keeps collisions out of reach for any realistic number of ids while staying short;
+the ``p_`` prefix makes a pseudonym impossible to mistake for a raw uuid or a SHA-256 hex.
+
+Sessions are pseudonymised through their opaque form: ``session_pseudonym(key, raw_id) =
+pseudonym(key, sha256_hex(raw_id))``. The session-ratings store only ever has
+``session_id_opaque = sha256_hex(thread id)``, so the same session gets the same pseudonym
+whether it comes from an interaction (raw id) or from a rating (opaque id), and the two can be
+joined in published data without publishing either id.
+
+The key: ``FLYWHEEL_PSEUDONYM_KEY``'s UTF-8 bytes when set; otherwise a key file beside the
+warehouse (64 random hex digits, created once with mode 0600; the key is the UTF-8 bytes of
+that text, so copying the file's content into ``FLYWHEEL_PSEUDONYM_KEY`` gives the same
+pseudonyms). Changing the key changes every pseudonym.
+
+In DuckDB, :func:`register` defines ``fw_pseudonym(varchar)`` and
+``fw_session_pseudonym(varchar)`` as native SQL (HMAC spelled out with ``sha256`` over the
+key's inner/outer pads, kept in session variables, never in the database file): about 0.75 s
+per million values on one connection, versus ~2.3 s for a Python/Arrow UDF.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+import duckdb
+
+PREFIX = "p_"
+HEX_DIGITS = 32
+KEY_FILE_NAME = "pseudonym.key"
+_BLOCK = 64  # SHA-256 block size
+
+
+def pseudonym(key: bytes, value: str) -> str:
+    """``'p_' + hex(HMAC-SHA-256(key, utf8(value)))[:32]``."""
+    if not key:
+        raise ValueError("the pseudonym key is empty")
+    return PREFIX + hmac.new(key, value.encode("utf-8"), hashlib.sha256).hexdigest()[:HEX_DIGITS]
+
+
+def opaque_session_id(raw_session_id: str) -> str:
+    """The session-ratings store's ``session_id_opaque``: lowercase hex SHA-256 of the id."""
+    return hashlib.sha256(raw_session_id.encode("utf-8")).hexdigest()
+
+
+def session_pseudonym(key: bytes, raw_session_id: str) -> str:
+    return pseudonym(key, opaque_session_id(raw_session_id))
+
+
+def hmac_pads(key: bytes) -> tuple[bytes, bytes]:
+    """(key ⊕ ipad, key ⊕ opad) as RFC 2104 defines them for SHA-256."""
+    if not key:
+        raise ValueError("the pseudonym key is empty")
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
+
+
+def register(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
+    """Define ``fw_pseudonym(v)`` and ``fw_session_pseudonym(raw_id)`` on ``con``.
+
+    Vectorised native SQL: HMAC(K, m) = sha256(K⊕opad ‖ sha256(K⊕ipad ‖ m)). NULL stays NULL.
+    """
+    ipad, opad = hmac_pads(key)
+    con.execute("set variable fw_pseudonym_ipad = $pad", {"pad": ipad})
+    con.execute("set variable fw_pseudonym_opad = $pad", {"pad": opad})
+    con.execute(
+        "create or replace temp macro fw_pseudonym(v) as "
+        f"'{PREFIX}' || left(sha256(getvariable('fw_pseudonym_opad') || "
+        f"unhex(sha256(getvariable('fw_pseudonym_ipad') || encode(v::varchar)))), {HEX_DIGITS})"
+    )
+    con.execute(
+        "create or replace temp macro fw_session_pseudonym(raw_id) as "
+        "fw_pseudonym(sha256(raw_id::varchar))"
+    )
+
+
+def load_or_create_key(env_value: str | None, key_path: Path) -> tuple[bytes, bool]:
+    """The pseudonym key and whether it was just created (the caller should warn then).
+
+    ``env_value`` (``FLYWHEEL_PSEUDONYM_KEY``) wins when non-empty; else ``key_path`` is read;
+    else a new random key is written there (mode 0600, created exclusively so two processes
+    racing end up with the same key).
+    """
+    if env_value:
+        return env_value.encode("utf-8"), False
+    key_path = Path(key_path)
+    if key_path.exists():
+        return _read_key(key_path), False
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    text = secrets.token_hex(32)
+    try:
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return _read_key(key_path), False
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (text + "\n").encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return text.encode("utf-8"), True
+
+
+def _read_key(path: Path) -> bytes:
+    text = path.read_text(encoding="utf-8").strip()
+    if not text:
+        raise ValueError(f"{path}: the pseudonym key file is empty; delete it to create a new key")
+    return text.encode("utf-8")

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from dagster_project.settings import Settings
@@ -35,6 +36,7 @@ from transforms.staging import PROVENANCE
 
 SQLITE_SUFFIXES = {".db", ".sqlite", ".sqlite3"}
 CHUNK_BYTES = 256 * 1024 * 1024  # split huge files in windows so memory stays bounded
+BATCH_BYTES = 192 * 1024 * 1024  # classify and commit this much input at a time
 QUARANTINE_COLUMNS = ["source", "path", "line_number", "byte_offset", "reason", "detail",
                       "raw_text", "raw_bytes", "raw_sha256", "raw_length", "run_id", "quarantined_at"]
 
@@ -170,6 +172,9 @@ class Ingestor:
         self.sql = build_sql(spec, "_lines")
         self.sql_lenient = build_sql(spec, "_lines", check_nonstandard=False)
         self.insert_cols = ", ".join(q(n) for n, _ in output_columns(spec))
+        self._batch: list[tuple[str, pa.Table, FileResult]] = []
+        self._batch_bytes = 0
+        self._saves: list[tuple[dict, FileResult]] = []
 
     def run(self, full_refresh: bool = False) -> SourceReport:
         started = time.perf_counter()
@@ -185,19 +190,27 @@ class Ingestor:
                 "high_water_mark, high_water_sha256, deferred_bytes, status, format "
                 "from ingest.files where source = ?", [self.spec.name]).fetchall()
         }
-        for i, (path, real) in enumerate(files, start=1):
-            self.progress(f"{self.spec.name}: [{i}/{len(files)}] {path}")
-            self.con.execute("begin transaction")
-            try:
+        # Files are read one by one but classified and written in batches: one DuckDB pass and
+        # one transaction per ~BATCH_BYTES of input, so a lake of thousands of small files costs
+        # about what one large file does. Data and watermarks of a batch commit together.
+        self.con.execute("begin transaction")
+        try:
+            for i, (path, real) in enumerate(files, start=1):
+                self.progress(f"{self.spec.name}: [{i}/{len(files)}] {path}")
                 if real.suffix in SQLITE_SUFFIXES and self.spec.sqlite is not None:
                     result = self._ingest_sqlite(path, real, known.get(path))
                 else:
                     result = self._ingest_lines(path, real, known.get(path))
-                self.con.execute("commit")
-            except BaseException:
-                self.con.execute("rollback")
-                raise
-            report.files.append(result)
+                report.files.append(result)
+                if self._batch_bytes >= BATCH_BYTES:
+                    self._flush()
+                    self.con.execute("commit")
+                    self.con.execute("begin transaction")
+            self._flush()
+            self.con.execute("commit")
+        except BaseException:
+            self.con.execute("rollback")
+            raise
         for path in sorted(set(known) - {p for p, _ in files}):
             if known[path][9] != "missing":
                 self._event(path, "missing", "the file is gone; its rows are kept")
@@ -382,56 +395,80 @@ class Ingestor:
     # ----------------------------------------------------------------- classification
 
     def _load_split(self, path: str, split, result: FileResult) -> None:
+        """Queue a file's candidate lines for the next batch; quarantine pre-JSON rejects now."""
         result.lines += split.n_lines
         if split.rejected:
             self._quarantine(split.rejected, path)
             result.quarantined += len(split.rejected)
-        if split.lines.num_rows == 0:
-            return
-        self.con.register("_lines", split.lines)
-        try:
-            self.con.execute(f"create or replace temp table _classified as {self.sql.sql}", self.sql.params)
-        finally:
-            self.con.unregister("_lines")
-        self._settle_strict(path)
-        counts = dict(self.con.execute(
-            "select coalesce(reason, 'loaded'), count(*) from _classified group by all").fetchall())
-        self.con.execute(
-            f"insert into raw.{q(self.spec.name)} ({self.insert_cols}, path, line_number, byte_offset, ingest_run_id) "
-            f"select {self.insert_cols}, $path, line_number, byte_offset, $run from _classified where reason is null",
-            {"path": path, "run": self.run_id})
-        self.con.execute(
-            "insert into ingest.quarantine by name "
-            "select $source as source, $path as path, line_number, byte_offset, reason, detail, "
-            "rtrim(text, e'\\r\\n') as raw_text, $run as run_id, now() as quarantined_at "
-            "from _classified where reason is not null and reason <> 'blank'",
-            {"source": self.spec.name, "path": path, "run": self.run_id})
-        self.con.execute("drop table _classified")
-        result.loaded += counts.pop("loaded", 0)
-        result.blank += counts.pop("blank", 0)
-        result.quarantined += sum(counts.values())
+        if split.lines.num_rows:
+            self._batch.append((path, split.lines, result))
+            self._batch_bytes += split.lines.nbytes
 
-    def _settle_strict(self, path: str) -> None:
+    def _flush(self) -> None:
+        """Classify every queued line in one DuckDB pass, write rows, quarantine and accounting."""
+        if self._batch:
+            results = {path: result for path, _, result in self._batch}
+            tables = []
+            for path, table, _ in self._batch:
+                ids = pa.DictionaryArray.from_arrays(pa.array(np.zeros(table.num_rows, dtype=np.int32)),
+                                                     pa.array([path]))
+                tables.append(table.append_column("path", ids.cast(pa.string())))
+            lines = pa.concat_tables(tables)
+            self._batch, self._batch_bytes = [], 0
+            self.con.register("_lines", lines)
+            try:
+                self.con.execute(f"create or replace temp table _classified as {self.sql.sql}", self.sql.params)
+            finally:
+                self.con.unregister("_lines")
+            del lines, tables
+            self._settle_strict()
+            counts = self.con.execute(
+                "select path, coalesce(reason, 'loaded') as outcome, count(*) from _classified "
+                "group by all").fetchall()
+            for path, outcome, n in counts:
+                result = results[path]
+                if outcome == "loaded":
+                    result.loaded += n
+                elif outcome == "blank":
+                    result.blank += n
+                else:
+                    result.quarantined += n
+            self.con.execute(
+                f"insert into raw.{q(self.spec.name)} ({self.insert_cols}, path, line_number, byte_offset, ingest_run_id) "
+                f"select {self.insert_cols}, path, line_number, byte_offset, $run from _classified "
+                "where reason is null order by path, line_number",
+                {"run": self.run_id})
+            self.con.execute(
+                "insert into ingest.quarantine by name "
+                "select $source as source, path, line_number, byte_offset, reason, detail, "
+                "rtrim(text, e'\\r\\n') as raw_text, $run as run_id, now() as quarantined_at "
+                "from _classified where reason is not null and reason <> 'blank'",
+                {"source": self.spec.name, "run": self.run_id})
+            self.con.execute("drop table _classified")
+        self._write_saves()
+
+    def _settle_strict(self) -> None:
         """Give flagged rows their final verdict with Python's strict JSON parser."""
         flagged = self.con.execute(
-            "select line_number, byte_offset, text, reason from _classified "
+            "select path, line_number, byte_offset, text, reason from _classified "
             "where reason in ('strict_check', 'invalid_json', 'duplicate_key')").fetchall()
         if not flagged:
             return
         verdicts, again = [], []
-        for line_number, byte_offset, text, reason in flagged:
+        for path, line_number, byte_offset, text, reason in flagged:
             new_reason, detail = strict_verdict(text, reason)
             if new_reason is None:
-                again.append((line_number, byte_offset, text))
+                again.append((line_number, byte_offset, text, path))
             else:
-                verdicts.append((line_number, new_reason, detail))
+                verdicts.append((new_reason, detail, path, line_number))
         if verdicts:
             self.con.executemany(
-                "update _classified set reason = ?, detail = ? where line_number = ?",
-                [(r, d, n) for n, r, d in verdicts])
+                "update _classified set reason = ?, detail = ? where path = ? and line_number = ?", verdicts)
         if again:
-            table = pa.table({"line_number": [a[0] for a in again], "byte_offset": [a[1] for a in again],
-                              "text": [a[2] for a in again]}, schema=LINES_SCHEMA)
+            table = pa.table({"line_number": pa.array([a[0] for a in again], pa.int64()),
+                              "byte_offset": pa.array([a[1] for a in again], pa.int64()),
+                              "text": pa.array([a[2] for a in again], pa.large_string()),
+                              "path": pa.array([a[3] for a in again], pa.string())})
             self.con.register("_lines", table)
             try:
                 self.con.execute("delete from _classified where reason = 'strict_check'")
@@ -462,33 +499,57 @@ class Ingestor:
 
     def _save_file(self, path, fmt, size, mtime_ns, result: FileResult, *, offset=0, prefix=None,
                    hwm=None, hwm_sha=None, status="ok", reset=False) -> None:
-        """Upsert the file's accounting; counts accumulate unless the file was re-read whole."""
-        self.con.execute(
-            """
-            insert into ingest.files as f (source, path, format, size_bytes, mtime_ns, lines_read,
-                rows_loaded, rows_quarantined, blank_lines, deferred_bytes, offset_bytes,
-                prefix_sha256, high_water_mark, high_water_sha256, status, first_run_id,
-                last_run_id, last_ingested_at)
-            values ($source, $path, $format, $size, $mtime, $lines, $loaded, $quarantined, $blank,
-                $deferred, $offset, $prefix, $hwm, $hwm_sha, $status, $run, $run, now())
-            on conflict (source, path) do update set
-                format = excluded.format, size_bytes = excluded.size_bytes,
-                mtime_ns = excluded.mtime_ns,
-                lines_read = case when $reset then 0 else f.lines_read end + excluded.lines_read,
-                rows_loaded = case when $reset then 0 else f.rows_loaded end + excluded.rows_loaded,
-                rows_quarantined = case when $reset then 0 else f.rows_quarantined end + excluded.rows_quarantined,
-                blank_lines = case when $reset then 0 else f.blank_lines end + excluded.blank_lines,
-                deferred_bytes = excluded.deferred_bytes, offset_bytes = excluded.offset_bytes,
-                prefix_sha256 = excluded.prefix_sha256, high_water_mark = excluded.high_water_mark,
-                high_water_sha256 = excluded.high_water_sha256, status = excluded.status,
-                last_run_id = excluded.last_run_id, last_ingested_at = excluded.last_ingested_at
-            """,
-            {"source": self.spec.name, "path": path, "format": fmt, "size": size, "mtime": mtime_ns,
-             "lines": result.lines, "loaded": result.loaded, "quarantined": result.quarantined,
-             "blank": result.blank, "deferred": result.deferred_bytes, "offset": offset,
-             "prefix": prefix, "hwm": hwm, "hwm_sha": hwm_sha, "status": status, "run": self.run_id,
-             "reset": reset},
-        )
+        """Queue the file's accounting; written with its batch, once its lines are classified."""
+        self._saves.append(({
+            "source": self.spec.name, "path": path, "format": fmt, "size_bytes": size, "mtime_ns": mtime_ns,
+            "offset_bytes": offset, "prefix_sha256": prefix, "high_water_mark": hwm,
+            "high_water_sha256": hwm_sha, "status": status, "reset": reset}, result))
+
+    def _write_saves(self) -> None:
+        """Upsert every queued file's accounting in one statement; counts accumulate unless the
+        file was re-read whole (``reset``)."""
+        if not self._saves:
+            return
+        rows = [{**row, "lines_read": r.lines, "rows_loaded": r.loaded, "rows_quarantined": r.quarantined,
+                 "blank_lines": r.blank, "deferred_bytes": r.deferred_bytes} for row, r in self._saves]
+        self._saves = []
+        updates = pa.Table.from_pylist(rows, schema=pa.schema([
+            ("source", pa.string()), ("path", pa.string()), ("format", pa.string()),
+            ("size_bytes", pa.int64()), ("mtime_ns", pa.int64()), ("offset_bytes", pa.int64()),
+            ("prefix_sha256", pa.string()), ("high_water_mark", pa.int64()),
+            ("high_water_sha256", pa.string()), ("status", pa.string()), ("reset", pa.bool_()),
+            ("lines_read", pa.int64()), ("rows_loaded", pa.int64()), ("rows_quarantined", pa.int64()),
+            ("blank_lines", pa.int64()), ("deferred_bytes", pa.int64())]))
+        self.con.register("_file_updates", updates)
+        try:
+            self.con.execute(
+                """
+                insert into ingest.files as f (source, path, format, size_bytes, mtime_ns, lines_read,
+                    rows_loaded, rows_quarantined, blank_lines, deferred_bytes, offset_bytes,
+                    prefix_sha256, high_water_mark, high_water_sha256, status, first_run_id,
+                    last_run_id, last_ingested_at)
+                select u.source, u.path, u.format, u.size_bytes, u.mtime_ns,
+                    u.lines_read + case when u.reset then 0 else coalesce(old.lines_read, 0) end,
+                    u.rows_loaded + case when u.reset then 0 else coalesce(old.rows_loaded, 0) end,
+                    u.rows_quarantined + case when u.reset then 0 else coalesce(old.rows_quarantined, 0) end,
+                    u.blank_lines + case when u.reset then 0 else coalesce(old.blank_lines, 0) end,
+                    u.deferred_bytes, u.offset_bytes, u.prefix_sha256, u.high_water_mark,
+                    u.high_water_sha256, u.status, $run, $run, now()
+                from _file_updates u
+                left join ingest.files old using (source, path)
+                on conflict (source, path) do update set
+                    format = excluded.format, size_bytes = excluded.size_bytes,
+                    mtime_ns = excluded.mtime_ns, lines_read = excluded.lines_read,
+                    rows_loaded = excluded.rows_loaded, rows_quarantined = excluded.rows_quarantined,
+                    blank_lines = excluded.blank_lines, deferred_bytes = excluded.deferred_bytes,
+                    offset_bytes = excluded.offset_bytes, prefix_sha256 = excluded.prefix_sha256,
+                    high_water_mark = excluded.high_water_mark,
+                    high_water_sha256 = excluded.high_water_sha256, status = excluded.status,
+                    last_run_id = excluded.last_run_id, last_ingested_at = excluded.last_ingested_at
+                """,
+                {"run": self.run_id})
+        finally:
+            self.con.unregister("_file_updates")
 
 
 def check_accounting(con: duckdb.DuckDBPyConnection, source: str | None = None) -> None:

@@ -68,7 +68,7 @@ def output_columns(spec: SourceSpec) -> list[tuple[str, str]]:
 
 
 def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True) -> ClassifySql:
-    """The classification query over ``relation`` (columns line_number, byte_offset, text).
+    """The classification query over ``relation`` (columns path, line_number, byte_offset, text).
 
     Each stage is a CTE that adds columns computed once (raw field text ``v``, JSON kind ``k``,
     typed value ``t``, instant ``tm``); the reason and detail only read those columns.
@@ -119,7 +119,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
 
     sql = f"""
 with parsed as (
-  select line_number, byte_offset, text, json_valid(text) as is_valid
+  select path, line_number, byte_offset, text, json_valid(text) as is_valid
   from {relation}
 ),
 shaped as (
@@ -179,7 +179,7 @@ explained as (
 ),
 loaded as (
   select
-    line_number, byte_offset, reason, detail,
+    path, line_number, byte_offset, reason, detail,
     case when reason is not null then text end as text,
     {(","+chr(10)+"    ").join(outputs)},
     {content_hash} as content_hash,

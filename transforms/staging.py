@@ -46,8 +46,5 @@ def build_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> int:
     """
     con.execute("create schema if not exists staging")
     table = f"staging.{q(spec.name)}"
-    con.execute(
-        f"create or replace table {table} as {last_wins_sql(spec)} "
-        f"order by {', '.join(q(c) for c in identity_columns(spec))}"
-    )
+    con.execute(f"create or replace table {table} as {last_wins_sql(spec)}")
     return con.execute(f"select count(*) from {table}").fetchall()[0][0]

@@ -4,6 +4,7 @@ import dagster as dg
 
 from dagster_project.metadata import markdown_table
 from dagster_project.resources import FlywheelResource
+from dagster_project.defs.exports import PUBLISHED_KEYS
 from dagster_project.defs.marts import TABLE_KEYS
 from dagster_project.sources import builtin_sources
 from dagster_project.state import publish_state, record_run
@@ -12,6 +13,7 @@ from dagster_project.state import publish_state, record_run
 UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
     dg.AssetKey(["staging", "weighted_examples"]),
     *TABLE_KEYS,
+    *PUBLISHED_KEYS,
 ]
 
 

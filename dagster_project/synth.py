@@ -414,8 +414,10 @@ def _eventlog(lake: _Lake, n_sessions: int) -> None:
     events: list[tuple[str, str, str, str | None, str]] = []
     est = timezone(timedelta(hours=-5))
     commits = []
+    # sessions every 9 hours, squeezed so that a large lake still spans about two months
+    gap = min(timedelta(hours=9), timedelta(days=60) / n_sessions)
     for s in range(n_sessions):
-        start = (BASE + timedelta(hours=9 * s)).replace(tzinfo=est)
+        start = (BASE + gap * s).replace(tzinfo=est)
         sid = start.strftime("%Y%m%d-%H%M%S")
         adapter = "-claude" if s % 3 == 0 else ""
         events.append(("git.tag", start.isoformat(), f"session-{sid}{adapter}-start", None, json.dumps(

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import SAMPLES, dumps, ingest, interaction, rows, write_lines
 from dagster_project.ingest import AccountingError, check_accounting
+from dagster_project.synth import EVENTLOG_DDL, SESSION_DDL
 
 BAD_CASES = [
     # (line bytes, expected reason)
@@ -266,14 +267,7 @@ def test_line_over_the_size_limit_keeps_a_pointer_and_hash(settings):
 def _session_db(path, rows_):
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("""CREATE TABLE IF NOT EXISTS session_feedback (
-      insertion_order INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL,
-      session_id_opaque TEXT NOT NULL, user_id_or_null TEXT, recorded_at TEXT NOT NULL,
-      recorded_date TEXT NOT NULL,
-      label TEXT NOT NULL CHECK (label IN ('positive','negative','skip')),
-      turn_count_at_end INTEGER NOT NULL,
-      source TEXT NOT NULL CHECK (source IN ('cli_end','cli_exit','api_end')),
-      schema_version INTEGER NOT NULL DEFAULT 1, value TEXT NOT NULL)""")
+    conn.execute(SESSION_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
     for rid, label, value in rows_:
         conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, "
                      "recorded_date, label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
@@ -368,9 +362,7 @@ def test_real_patina_git_log_as_eventlog_reads_without_quarantine(settings):
     db = settings.raw_dir / "eventlog" / "patina.db"
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db)
-    conn.execute("""CREATE TABLE eventlog (seq INTEGER PRIMARY KEY AUTOINCREMENT, event_type TEXT NOT NULL,
-      timestamp TEXT NOT NULL, source_id TEXT NOT NULL, source_file TEXT, data TEXT NOT NULL,
-      CHECK(json_valid(data)))""")
+    conn.execute(EVENTLOG_DDL)
     conn.executemany("insert into eventlog (event_type, timestamp, source_id, source_file, data) values (?,?,?,?,?)",
                      [(e["event_type"], e["timestamp"], e["source_id"], e.get("source_file"), e["data"]) for e in events])
     conn.commit()

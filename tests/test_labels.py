@@ -311,17 +311,12 @@ def test_session_marts_from_a_real_session_store(settings):
     import json
     import sqlite3
 
+    from dagster_project.synth import SESSION_DDL
+
     db = settings.raw_dir / "sessions" / "session_feedback.sqlite3"
     db.parent.mkdir(parents=True)
     con = sqlite3.connect(db)
-    con.execute("""CREATE TABLE session_feedback (
-      insertion_order INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL,
-      session_id_opaque TEXT NOT NULL, user_id_or_null TEXT, recorded_at TEXT NOT NULL,
-      recorded_date TEXT NOT NULL,
-      label TEXT NOT NULL CHECK (label IN ('positive','negative','skip')),
-      turn_count_at_end INTEGER NOT NULL,
-      source TEXT NOT NULL CHECK (source IN ('cli_end','cli_exit','api_end')),
-      schema_version INTEGER NOT NULL DEFAULT 1, value TEXT NOT NULL)""")
+    con.execute(SESSION_DDL)  # the session-feedback store's exact schema
     opaque = sha(DEFAULT_SESSION)
     for n, (label, at_, extra) in enumerate([
         ("positive", "2026-02-26T09:00:00.000000Z", {}),

@@ -4,7 +4,7 @@ import dagster as dg
 
 from dagster_project.metadata import markdown_table
 from dagster_project.tables import TableGroup, table_assets
-from transforms import labels, training
+from transforms import labels, retrieval, signals, training
 
 LABELS = TableGroup(
     name="interaction_labels",
@@ -59,7 +59,39 @@ TRAINING_SETS = TableGroup(
         training.kto_balance(con))}},
 )
 
-GROUPS = [LABELS, RATINGS_AND_OUTCOMES, TRAINING_SETS]
+EVENTLOG_STAGING = TableGroup(
+    name="eventlog_staging",
+    group="staging",
+    tables=[f"staging.{name}" for name in retrieval.EVENTLOG_STAGING],
+    deps=["staging/eventlog"],
+    build=lambda con, flywheel, context: retrieval.build_eventlog_staging(con),
+    description="the retrieval eventlog unpacked: commits and every file of each (renames resolved), "
+    "session windows from tags, commit→session links, queries, results with normalised doc paths.",
+)
+
+RETRIEVAL = TableGroup(
+    name="retrieval_marts",
+    group="marts",
+    tables=[f"marts.{name}" for name in retrieval.RETRIEVAL_MARTS],
+    deps=[f"staging/{name}" for name in retrieval.EVENTLOG_STAGING],
+    build=lambda con, flywheel, context: retrieval.build_retrieval_marts(con),
+    description="retrieval utility and precision: a retrieved file is a hit when its session "
+    "committed it (exact path match).",
+    headline=lambda con: {"marts.retrieval_summary": {"summary": dg.MetadataValue.md(
+        markdown_table(con, "select * from marts.retrieval_summary"))}},
+)
+
+SIGNALS = TableGroup(
+    name="signal_marts",
+    group="marts",
+    tables=[f"marts.{name}" for name in signals.SIGNAL_MARTS],
+    deps=["staging/signals"],
+    build=lambda con, flywheel, context: signals.build_signal_marts(con, flywheel.settings().run_date),
+    description="signal opinions decayed x0.8 per 30 days as of the run date (FLYWHEEL_AS_OF), "
+    "conflicts, and promotion candidates (>= 2 strong positives, one manual).",
+)
+
+GROUPS = [LABELS, RATINGS_AND_OUTCOMES, TRAINING_SETS, EVENTLOG_STAGING, RETRIEVAL, SIGNALS]
 TABLE_KEYS = [group.key(table) for group in GROUPS for table in group.tables]
 
 defs = dg.Definitions(assets=[table_assets(group) for group in GROUPS])

@@ -99,17 +99,18 @@ def append_one_percent(workdir: Path) -> dict:
     wanted = max(1, total // 100)
     template = files[0].open("rb").readline().decode()
     record = json.loads(template)
-    target = settings.raw_dir / "interactions" / "interactions_2099-01-01_bench000.jsonl"
+    # a new collector file for the day after the lake ends (not in the future: GX would block it)
+    target = settings.raw_dir / "interactions" / "interactions_2026-04-15_bench000.jsonl"
     with target.open("a", encoding="utf-8") as fh:
         start = sum(1 for _ in target.open("rb")) if target.exists() else 0
         for i in range(wanted):
             record["id"] = f"bench-append-{start + i:09d}"
-            record["timestamp"] = "2099-01-01T00:00:00"
+            record["timestamp"] = "2026-04-15T00:00:00"
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
     return {"appended_lines": wanted, "existing_lines": total}
 
 
-def _child(args: list[str]) -> tuple[float, float, dict]:
+def _child(args: list[str], console: Console | None = None) -> tuple[float, float, dict]:
     """Run one phase in a fresh interpreter: (seconds, peak RSS MB, its JSON result)."""
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "dagster_project.bench", *args],
@@ -118,6 +119,8 @@ def _child(args: list[str]) -> tuple[float, float, dict]:
     if proc.returncode != 0:
         raise SystemExit(f"bench phase {args} failed:\n{proc.stderr[-4000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if console is not None:
+        console.print(f"    {seconds:.2f} s, peak RSS {result['peak_rss_mb']:,.0f} MB")
     return seconds, result["peak_rss_mb"], result
 
 
@@ -140,7 +143,7 @@ def run_bench(workdir: Path, *, interactions: int, console: Console | None = Non
         console.print(f"  generated in {time.perf_counter() - t:.1f} s")
         marker.write_text(json.dumps(wanted))
     # A fresh copy of the appended file each bench run keeps runs comparable.
-    (settings.raw_dir / "interactions" / "interactions_2099-01-01_bench000.jsonl").unlink(missing_ok=True)
+    (settings.raw_dir / "interactions" / "interactions_2026-04-15_bench000.jsonl").unlink(missing_ok=True)
     jsonl = _jsonl_files(settings)
     nbytes = sum(f.stat().st_size for fs in jsonl.values() for f in fs)
     nlines = sum(1 for fs in jsonl.values() for f in fs for _ in f.open("rb"))
@@ -149,16 +152,16 @@ def run_bench(workdir: Path, *, interactions: int, console: Console | None = Non
 
     figures = {}
     console.print("(b) bare read_json …")
-    figures["b"] = _child(["_bare", str(workdir)])
+    figures["b"] = _child(["_bare", str(workdir)], console)
     console.print("(a) flywheel run --full-refresh through staging …")
-    figures["a"] = _child(["_pipeline", str(workdir), "full", "staging"])
+    figures["a"] = _child(["_pipeline", str(workdir), "full", "staging"], console)
     appended = append_one_percent(workdir)
     console.print(f"(c) incremental run after appending {appended['appended_lines']:,} lines …")
-    figures["c"] = _child(["_pipeline", str(workdir), "incremental", "staging"])
+    figures["c"] = _child(["_pipeline", str(workdir), "incremental", "staging"], console)
     console.print("(e) bare read_json + COPY TO parquet …")
-    figures["e"] = _child(["_bare_parquet", str(workdir)])
+    figures["e"] = _child(["_bare_parquet", str(workdir)], console)
     console.print("(d) whole pipeline through exports (full refresh) …")
-    figures["d"] = _child(["_pipeline", str(workdir), "full", "all"])
+    figures["d"] = _child(["_pipeline", str(workdir), "full", "all"], console)
 
     table = Table(title=f"Flywheel Lake benchmark — {nlines:,} lines, {nbytes / 1e6:,.0f} MB JSONL "
                         f"({os.cpu_count()} cores)")

@@ -57,6 +57,7 @@ def environment(settings: Settings) -> Iterator[None]:
         "FLYWHEEL_MAX_LINE_BYTES": str(settings.max_line_bytes),
         "FLYWHEEL_SOURCES": str(settings.sources_file) if settings.sources_file else None,
         "FLYWHEEL_AS_OF": settings.as_of.isoformat() if settings.as_of else None,
+        "FLYWHEEL_PSEUDONYM_KEY": settings.pseudonym_key,
         "FLYWHEEL_DPO_MAX_PAIRS": str(settings.dpo_max_pairs),
         "FLYWHEEL_EVAL_FRACTION": str(settings.eval_fraction),
         "FLYWHEEL_SESSION_RETENTION_DAYS": str(settings.session_retention_days),

@@ -129,31 +129,3 @@ def record_run(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, source
          "deferred": counts.get("deferred_bytes", 0), "error": error},
     )
 
-
-def publish_state(settings: Settings, con: duckdb.DuckDBPyConnection) -> int:
-    """Publish the state database as the analyst warehouse, atomically.
-
-    CHECKPOINT folds the WAL into the file; with the writer lock held nothing writes while the
-    file is copied beside the warehouse, fsynced, and swapped in with ``os.replace``. A reader
-    holding the old file keeps reading it (its inode lives on); the next connection opens the new
-    one. A crash before the rename leaves the previous warehouse untouched and a temp file that
-    the next publish removes. Returns the published file's size in bytes.
-    """
-    import shutil
-
-    con.execute("checkpoint")
-    target = settings.warehouse
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):
-        stale.unlink(missing_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.copyfile(settings.state_db, tmp)
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return target.stat().st_size

@@ -7,7 +7,8 @@ from dagster_project.resources import FlywheelResource
 from dagster_project.defs.exports import PUBLISHED_KEYS
 from dagster_project.defs.marts import TABLE_KEYS
 from dagster_project.sources import builtin_sources
-from dagster_project.state import publish_state, record_run
+from dagster_project.publish import publish_warehouse
+from dagster_project.state import record_run
 
 # Everything that writes the state database must finish before it is published.
 UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
@@ -32,7 +33,9 @@ def warehouse(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> 
         record_run(con, context.run_id, mode="incremental", status="success")
         tables = markdown_table(con, "select schema_name || '.' || table_name as table_name, estimated_size as rows "
                                      "from duckdb_tables() where schema_name not in ('raw') order by 1")
-        size = publish_state(settings, con)
+        # New file beside the warehouse (checkpointed copy of the state), fsync, os.replace.
+        publish_warehouse(con, settings.warehouse)
+        size = settings.warehouse.stat().st_size
     return dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(str(settings.warehouse)),
         "size_mb": round(size / 1e6, 2),

@@ -1,7 +1,6 @@
--- Files committed in a session that had counted queries, but never retrieved in that session.
+-- marts.missed_files: files touched in a session that had counted queries, but that no query
+-- of that session retrieved; sessions_missed = in how many such sessions.
 with queried_sessions as (
-    select distinct session_id from marts.retrieval_judgements
-    union
     select distinct session_id from marts.retrieval_query_metrics
 ),
 
@@ -9,9 +8,12 @@ retrieved as (
     select distinct session_id, doc_path from marts.retrieval_judgements
 )
 
-select sf.file_path, count(*)::bigint as sessions_missed
+select
+    sf.file_path,
+    count(*)::bigint as sessions_missed,
+    max(sf.last_committed_at) as last_missed_at
 from staging.session_files as sf
-inner join queried_sessions using (session_id)
+inner join queried_sessions as qs using (session_id)
 left join retrieved as r on r.session_id = sf.session_id and r.doc_path = sf.file_path
 where r.doc_path is null
 group by sf.file_path

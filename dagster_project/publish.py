@@ -66,6 +66,8 @@ from typing import Any, TypedDict
 
 import duckdb
 
+from transforms.sqlfiles import table_columns
+
 MANIFEST = "manifest.json"
 FORMAT = "flywheel-dataset/1"
 VERSIONS = ".versions"
@@ -132,7 +134,7 @@ def publish_dataset(con: duckdb.DuckDBPyConnection, table: str, dest_dir: Path, 
     if validation_summary.get("status") == "failed" or validation_summary.get("success") is False:
         raise PublishError(f"{table}: refusing to publish a dataset that failed validation "
                            f"({validation_summary.get('failed_blocking') or validation_summary})")
-    columns = _table_columns(con, table)
+    columns = table_columns(con, table)
     if columns is None:
         raise PublishError(f"{table}: no such table, nothing to publish to {dest_dir}")
     if "file_row_number" in columns:
@@ -480,15 +482,6 @@ def _unlink_db(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------------------------
-
-def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str] | None:
-    schema, _, name = table.rpartition(".")
-    rows = con.execute(
-        "select column_name, data_type from information_schema.columns "
-        "where table_schema = coalesce(nullif(?, ''), current_schema()) and table_name = ? "
-        "order by ordinal_position", [schema, name]).fetchall()
-    return dict(rows) if rows else None
-
 
 def _write_json(path: Path, doc: dict) -> None:
     with open(path, "w", encoding="utf-8") as fh:

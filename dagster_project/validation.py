@@ -34,6 +34,7 @@ from typing import Any
 import duckdb
 
 from dagster_project.expectations import MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check
+from transforms.sqlfiles import table_columns
 
 # GX must never phone home (no network in production): set before great_expectations is imported.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -178,7 +179,7 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
     suite = checks if checks is not None else SUITES.get(table)
     if not suite:
         return ValidationReport(table, run_id, 0, [], skipped=f"no suite declared for {table}", now=now)
-    columns = _columns(con, table)
+    columns = table_columns(con, table)
     if columns is None:
         return ValidationReport(table, run_id, 0, [], skipped=f"table {table} does not exist yet", now=now)
 
@@ -520,15 +521,6 @@ def record_validations(con: duckdb.DuckDBPyConnection, report: ValidationReport)
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str] | None:
-    schema, _, name = table.rpartition(".")
-    rows = con.execute(
-        "select column_name, data_type from information_schema.columns "
-        "where table_schema = coalesce(nullif(?, ''), current_schema()) and table_name = ? "
-        "order by ordinal_position", [schema, name]).fetchall()
-    return dict(rows) if rows else None
-
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'

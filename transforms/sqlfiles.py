@@ -57,3 +57,13 @@ def materialize(
 
 def _quote_table(name: str) -> str:
     return ".".join(f'"{part}"' for part in name.split("."))
+
+
+def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str] | None:
+    """``{column: type}`` of ``[schema.]table`` in declaration order; None if it does not exist."""
+    schema, _, name = table.rpartition(".")
+    rows = con.execute(
+        "select column_name, data_type from information_schema.columns "
+        "where table_schema = coalesce(nullif(?, ''), current_schema()) and table_name = ? "
+        "order by ordinal_position", [schema, name]).fetchall()
+    return dict(rows) if rows else None

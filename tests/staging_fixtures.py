@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 
+from conftest import interaction as collector_record
 from dagster_project.sources import builtin_sources
 from transforms.classify import output_columns, q
 from transforms.spec import Field, SourceSpec
@@ -47,7 +48,7 @@ DEFAULT_PATHS = {
     "signals": "signals/feedback_buffer.jsonl",
 }
 SQLITE_SOURCES = {"session_ratings", "eventlog"}
-DEFAULT_SESSION = "5b0c2f7e-1d0a-4c9e-9a51-0c6f3d1e2a10"
+DEFAULT_SESSION = collector_record()["session_id"]
 
 
 def interaction_id(i: int | str) -> str:
@@ -157,24 +158,7 @@ class Lake:
                     line_number: int | None = None, byte_offset: int | None = None,
                     **overrides) -> str:
         """An ``InteractionRecord`` line (collector defaults, ``overrides`` applied); its id."""
-        record = {
-            "id": interaction_id(i),
-            "timestamp": "2026-02-26T14:03:12.123456",
-            "interaction_type": "code_review",
-            "input_text": "How do I read a file?",
-            "output_text": "Use open().",
-            "context": "",
-            "model": "claude-sonnet",
-            "tokens_used": 120,
-            "latency_ms": 812.5,
-            "user_feedback": "none",
-            "was_edited": False,
-            "was_accepted": True,
-            "source": "cli",
-            "session_id": DEFAULT_SESSION,
-            "project_context": None,
-        }
-        record.update(overrides)
+        record = collector_record(interaction_id(i), **overrides)
         self.add("interactions", record, path=path, line_number=line_number,
                  byte_offset=byte_offset)
         return record["id"]

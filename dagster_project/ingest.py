@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from dagster_project.settings import Settings
 from transforms.classify import build_sql, output_columns, q, strict_verdict
+from transforms.localtime import resolve_folds
 from transforms.lines import LINES_SCHEMA, Rejected, Split, split_lines
 from transforms.spec import SourceSpec
 from transforms.sqlfiles import SQL_DIR
@@ -422,6 +423,8 @@ class Ingestor:
                 self.con.unregister("_lines")
             del lines, tables
             self._settle_strict()
+            # DST fold: second passes through a repeated local hour, from each file's write order
+            resolve_folds(self.con, self.spec, "_classified", f"raw.{q(self.spec.name)}")
             counts = self.con.execute(
                 "select path, coalesce(reason, 'loaded') as outcome, count(*) from _classified "
                 "group by all").fetchall()

@@ -29,6 +29,7 @@ TRAILING_COMMA_RE = r",\s*[}\]]"
 NESTED_NONSTANDARD_RE = r"(?i)(^|[:\[,])\s*[-+]?(nan|inf)"
 NAIVE_FORMATS = ["%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"]
 OFFSET_RE = r"(Z|z|[+-]\d\d:?\d\d)$"
+MAX_OFFSET_MINUTES = 18 * 60  # ISO 8601 / RFC 3339 offsets stop at ±18:00
 KIND_NAMES = {"s": "a string", "o": "an object", "a": "an array", "b": "a boolean", "n": "null", "num": "a number", "x": "a non-standard literal"}
 EXPECTED = {
     "string": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
@@ -50,7 +51,9 @@ class ClassifySql:
 
 
 def time_columns(f: Field) -> list[tuple[str, str]]:
-    return [(f.name, "timestamptz"), (f"{f.name}_text", "varchar")] if f.time else [
+    """A time field is stored as its instant, its text and how the instant was resolved
+    (``<name>_fold``: utc | offset | unambiguous | fold_first | fold_second | epoch)."""
+    return [(f.name, "timestamptz"), (f"{f.name}_text", "varchar"), (f"{f.name}_fold", "varchar")] if f.time else [
         (f.name, STORAGE_TYPE[f.type])
     ]
 
@@ -80,6 +83,9 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         "nested_re": NESTED_NONSTANDARD_RE,
         "naive_formats": NAIVE_FORMATS,
         "offset_re": OFFSET_RE,
+        "earliest": spec.earliest,
+        "latest": spec.latest,
+        "max_offset": MAX_OFFSET_MINUTES,
     }
     n = len(spec.fields)
     idx = range(1, n + 1)
@@ -92,8 +98,9 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         value, checks = _typed_expr(f, i, params)
         typed.append(f"{value} as t{i}")
         if f.time:
-            timed.append(f"{_time_expr(f, i, params, spec.time_zone)} as tm{i}")
-            outputs += [f"tm{i} as {q(f.name)}", f"{_time_text(f, i)} as {q(f.name + '_text')}"]
+            timed += _time_exprs(f, i, params, spec.time_zone)
+            outputs += [f"tm{i} as {q(f.name)}", f"{_time_text(f, i)} as {q(f.name + '_text')}",
+                        f"case when tm{i} is not null then fd{i} end as {q(f.name + '_fold')}"]
         else:
             outputs.append(f"t{i} as {q(f.name)}")
         if f.type in ("object", "array", "any", "json_text"):
@@ -110,6 +117,13 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
                        f"or {extra_check}")
     else:
         nonstandard = "false"
+    # A duplicate key inside a nested value (``{"a": {"b": 1, "b": 2}}``) hides a value just as
+    # a top-level one does. Only object/array values can hold one: declared nested fields, and
+    # the unknown keys kept in ``extra`` (then the whole line is searched).
+    nested_dup = " or ".join(
+        [f"(k{i} in ('o', 'a') and {_dup_keys(f'v{i}')})" for i, f in enumerate(spec.fields, start=1)
+         if f.type in ("object", "array", "any", "json_text")]
+        + [f"(n_keys > n_present and {_dup_keys('text')})"])
     reason_case = "\n        ".join(f"when {cond} then {reason}" for cond, reason, _ in rules)
     detail_case = "\n        ".join(f"when {cond} then {detail}" for cond, _, detail in rules)
     derived = "".join(f",\n  {expr} as {q(name)}" for name, expr in spec.derived)
@@ -151,8 +165,12 @@ typed as (
   from kinded
 ),
 timed as (
-  select *{"".join(","+chr(10)+"    "+t for t in timed)}
+  select *{"".join(","+chr(10)+"    "+t for t, _ in timed)}
   from typed
+),
+windowed as (
+  select *{"".join(","+chr(10)+"    "+t for _, t in timed)}
+  from timed
 ),
 classified as (
   select *,
@@ -162,9 +180,10 @@ classified as (
       when root_type = 'OBJECT' and ({nonstandard}) then 'strict_check'
       when root_type <> 'OBJECT' then 'not_an_object'
       when n_keys > n_present and len(list_distinct(json_keys(text))) < n_keys then 'duplicate_key'
+      when {nested_dup} then 'duplicate_key'
       {reason_case}
     end as reason
-  from timed
+  from windowed
 ),
 explained as (
   select *,
@@ -193,6 +212,11 @@ from loaded
     # DuckDB rejects bound parameters the text does not use.
     used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", sql)}
     return ClassifySql(sql=sql, params=used, columns=output_columns(spec))
+
+
+def _dup_keys(v: str) -> str:
+    """True when some object nested anywhere in JSON ``v`` repeats a key."""
+    return f"list_bool_or(list_transform(json_keys({v}, '$..*'), lambda ks: len(ks) > len(list_distinct(ks))))"
 
 
 def _kind_expr(v: str) -> str:
@@ -244,19 +268,49 @@ def _typed_expr(f: Field, i: int, params: dict) -> tuple[str, list[tuple[str, st
     return value, checks
 
 
-def _time_expr(f: Field, i: int, params: dict, source_zone: str) -> str:
+def _time_exprs(f: Field, i: int, params: dict, source_zone: str) -> list[tuple[str, str]]:
+    """(``timed`` CTE expression, ``windowed`` CTE expressions) for time field ``i``.
+
+    ``tr`` is the instant as written (NULL: unreadable or an offset beyond ±18:00), ``tm`` the
+    instant kept (inside the source's plausible window and not in a skipped local hour), ``fd``
+    how it was resolved. A naive time in a repeated local hour (``ab`` set) gets the earlier
+    offset here (``fold_first``); ``transforms.localtime`` moves the second pass of that hour to
+    the later offset from the file's write order.
+    """
     t = f"t{i}"
     # A field may pin its zone (signals' created_at is UTC whatever the writer's zone).
     params[f"tz{i}"] = f.time_zone or source_zone
+    window = f"tr{i} >= $earliest::timestamptz and tr{i} < $latest::timestamptz"
     if f.time in ("epoch_s", "epoch_ms"):
         scale = 1 if f.time == "epoch_s" else 1000
-        return (f"case when {t} between -62135596800 * {scale} and 253402300799 * {scale} "
-                f"then make_timestamptz({t} * {1_000_000 // scale}) end")
-    with_offset = f"try_cast({t} as timestamptz)"
+        timed = (f"case when {t} between -62135596800 * {scale} and 253402300799 * {scale} "
+                 f"then make_timestamptz({t} * {1_000_000 // scale}) end as tr{i}, "
+                 f"null::timestamp as n{i}, null::int as om{i}")
+        return [(timed, f"false as gap{i}, null::timestamptz as ab{i}, "
+                        f"case when {window} then tr{i} end as tm{i}, 'epoch' as fd{i}")]
+    offset_minutes = (f"case when regexp_matches({t}, '[+-]\d\d:?\d\d$') then "
+                      f"try_cast(regexp_extract({t}, '([+-])(\d\d):?(\d\d)$', 2) as int) * 60 + "
+                      f"try_cast(regexp_extract({t}, '([+-])(\d\d):?(\d\d)$', 3) as int) end")
+    has_offset = f"regexp_matches({t}, $offset_re)"
+    with_offset = f"case when coalesce(om{i}, 0) <= $max_offset then try_cast({t} as timestamptz) end"
     if f.time == "iso_offset":
-        return f"case when regexp_matches({t}, $offset_re) then {with_offset} end"
-    naive = f"timezone($tz{i}, try_strptime({t}, $naive_formats))"
-    return f"case when regexp_matches({t}, $offset_re) then {with_offset} else {naive} end"
+        timed = (f"{offset_minutes} as om{i}, null::timestamp as n{i}, "
+                 f"case when {has_offset} then {with_offset} end as tr{i}")
+    else:
+        timed = (f"{offset_minutes} as om{i}, "
+                 f"case when not {has_offset} then try_strptime({t}, $naive_formats) end as n{i}, "
+                 f"case when {has_offset} then {with_offset} else timezone($tz{i}, n{i}) end as tr{i}")
+    # DuckDB reads a repeated local hour with the later offset: the same wall time one shift
+    # (1 h; 30 min on Lord Howe) earlier is the first pass. A skipped hour does not round-trip.
+    windowed = (
+        f"coalesce(n{i} is not null and timezone($tz{i}, tr{i}) <> n{i}, false) as gap{i}, "
+        f"case when n{i} is null then null "
+        f"when timezone($tz{i}, tr{i} - interval 1 hour) = n{i} then tr{i} - interval 1 hour "
+        f"when timezone($tz{i}, tr{i} - interval 30 minute) = n{i} then tr{i} - interval 30 minute end as ab{i}, "
+        f"case when {window} and not gap{i} then coalesce(ab{i}, tr{i}) end as tm{i}, "
+        f"case when n{i} is not null then case when ab{i} is not null then 'fold_first' else 'unambiguous' end "
+        f"when regexp_matches({t}, '[Zz]$') then 'utc' else 'offset' end as fd{i}")
+    return [(timed, windowed)]
 
 
 def _time_text(f: Field, i: int) -> str:
@@ -296,8 +350,19 @@ def _field_rules(f: Field, i: int, checks: list) -> list[tuple[str, str, str]]:
     for cond, detail in checks:
         rules.append((cond, f"'bad_value:' || {lit}", detail))
     if f.time:
-        rules.append((f"{t} is not null and tm{i} is null", f"'bad_timestamp:' || {lit}",
-                      f"'cannot read ' || left({v}::varchar, 80) || ' as {TIME_WORDS[f.time]}'"))
+        bad = f"'bad_timestamp:' || {lit}"
+        rules += [
+            (f"{t} is not null and tr{i} is null and om{i} > $max_offset", bad,
+             f"'UTC offset of ' || left({v}::varchar, 80) || ' is beyond ±18:00'"),
+            (f"{t} is not null and tr{i} is null", bad,
+             f"'cannot read ' || left({v}::varchar, 80) || ' as {TIME_WORDS[f.time]}'"),
+            (f"not ({'tr' + str(i)} >= $earliest::timestamptz and tr{i} < $latest::timestamptz)", bad,
+             f"'instant ' || strftime(tr{i}, '%Y-%m-%dT%H:%M:%SZ') || ' of ' || left({v}::varchar, 80) || "
+             f"' is outside this source''s plausible window [' || $earliest || ', ' || $latest || ')'"),
+            (f"gap{i}", bad,
+             f"'local time ' || left({v}::varchar, 80) || ' does not exist in ' || $tz{i} || "
+             f"' (the clocks went forward; no correct clock writes it)'"),
+        ]
     return rules
 
 

@@ -89,6 +89,13 @@ class SourceSpec:
     description: str = ""
     # Extra columns computed from the typed ones (name -> DuckDB expression), e.g. normalised ids.
     derived: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    # The plausible window of every instant this source writes ([earliest, latest), UTC). An
+    # instant outside it cannot come from a working writer (epoch seconds in an epoch-ms field
+    # reads as 1970; ms read as seconds as year 50000+): quarantined as ``bad_timestamp:<f>``.
+    # It is fixed, not relative to the run, so quarantine never depends on when a run happens;
+    # a readable instant beyond the run time + slack is dropped at staging instead (expectations).
+    earliest: str = "2000-01-01"
+    latest: str = "2100-01-01"
 
     @property
     def field_names(self) -> tuple[str, ...]:

@@ -169,10 +169,8 @@ CONTEXTS = ["You are a senior {lang} reviewer. Be concise.",
             "CWD: /home/dev/src/patina\nBranch: feat/scry-feedback",
             "The user is on Windows 11; paths use backslashes like C:\\Users\\dev\\proj.",
             "Answer in English. Code blocks must be runnable."]
-PROJECT_CONTEXTS = [None, None, None, None, "patina", "flywheel-lake",
-                    {"repo": "patina", "branch": "main", "language": "rust"},
-                    {"repo": "flywheel-lake", "branch": "feat/dpo", "open_files": ["dagster_project/synth.py", "tests/test_synth.py"]},
-                    {"cwd": "/Users/ana/código/app", "dirty": True, "python": "3.12.4"}]
+# The collector's ``project_context: Optional[str]``: unset, empty, or a project name.
+PROJECT_CONTEXTS = [None, None, None, None, "patina", "flywheel-lake", "", "patina/src", "código/app"]
 MODELS = ["claude-sonnet-4-5", "claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1", "gpt-4o-2024-08-06",
           "qwen2.5-coder:7b", "llama3.1:8b"]
 INTERACTION_TYPES = (["code_generation"] * 25 + ["prompt_response"] * 20 + ["error_fix"] * 12
@@ -183,7 +181,7 @@ TASK_TYPES = {"code_generation": "coding", "prompt_response": "explanation", "er
               "code_review": "review", "refactor": "coding", "documentation": "writing", "test": "testing",
               "search": "search", "decision": "planning", "other": "other"}
 TOPICS = [None, "rust", "python", "sql", "concurrency", "testing", "io", "unicode"]
-COMPETENCE = ["novice", "intermediate", "intermediate", "expert", None]
+COMPETENCE = ["novice", "intermediate", "intermediate", "expert", "Unknown"]
 INFERENCE_REASONS = {
     "accepted": ["user continued with the next task", "user copied the code", "user said thanks"],
     "rejected": ["user re-asked the same question", "user reverted the edit", "user said it does not work"],

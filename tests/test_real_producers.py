@@ -153,3 +153,21 @@ def test_staged_instants_follow_write_order_across_runs(tmp_path_factory, case):
     got = [r[0] for r in rows(con, "select timestamp from raw.interactions order by line_number")]
     con.close()
     assert got == instants
+
+
+# --- every value as written ---------------------------------------------------------------------
+
+def test_string_fields_are_staged_as_written_not_as_json_text(settings):
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", [
+        dumps(interaction(1, project_context="")), dumps(interaction(2, project_context="patina")),
+        dumps(interaction(3, project_context=None)), dumps(interaction(4, project_context={"repo": "x"}))])
+    write_lines(settings.raw_dir / "outcomes" / "2026-02-26_outcomes.jsonl", [
+        dumps({"id": "o1", "timestamp": "2026-02-26T10:00:00", "outcome": "accepted",
+               "competence_level": "Unknown"})])
+    con, _ = ingest(settings, sources=["interactions", "outcomes"])
+    assert rows(con, "select project_context from staging.interactions order by line_number") == [
+        ("",), ("patina",), (None,)]
+    assert rows(con, "select reason from ingest.quarantine where source = 'interactions'") == [
+        ("bad_type:project_context",)]
+    assert rows(con, "select competence_level, typeof(competence_level) from staging.outcomes") == [
+        ("Unknown", "VARCHAR")]

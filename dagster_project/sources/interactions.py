@@ -27,7 +27,7 @@ SOURCE = SourceSpec(
         Field("was_accepted", "bool"),
         Field("source", required=False, nullable=True),
         Field("session_id"),
-        Field("project_context", "any", required=False, nullable=True),
+        Field("project_context", required=False, nullable=True),  # Optional[str]
     ),
     identity=("id",),
     order=("timestamp",),

@@ -15,14 +15,15 @@ SOURCE = SourceSpec(
         Field("session_id", required=False, nullable=True),
         Field("user_input", required=False, nullable=True),
         Field("assistant_output", required=False, nullable=True),
-        Field("context", "any", required=False, nullable=True),
+        Field("context", "object", required=False, nullable=True),
         Field("reasoning", required=False, nullable=True),
         Field("lesson_learned", required=False, nullable=True),
         Field("model", required=False, nullable=True),
         Field("tokens_used", "int", required=False, nullable=True),
         Field("latency_ms", "float", required=False, nullable=True),
+        # The one field that really holds several JSON types: a rating object or a string ("👍").
         Field("feedback", "any", required=False, nullable=True),
-        Field("tags", "any", required=False, nullable=True),
+        Field("tags", "array", required=False, nullable=True),
     ),
     # No id: a row is identified by its content, so a re-logged identical row collapses.
     identity=("@content",),

@@ -15,7 +15,7 @@ SOURCE = SourceSpec(
         Field("task_type", required=False, nullable=True),
         Field("model", required=False, nullable=True),
         Field("topic", required=False, nullable=True),
-        Field("competence_level", "any", required=False, nullable=True),
+        Field("competence_level", required=False, nullable=True),  # a level name or "Unknown"
         Field("strategy", "object", required=False, nullable=True),
         Field("outcome", enum=("accepted", "rejected", "neutral")),
         Field("inference_reason", required=False, nullable=True),

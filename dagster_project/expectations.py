@@ -4,9 +4,19 @@ A suite is a list of :class:`Check` per table (``SUITES["exports.sft"]``). ``val
 turns each check into a GX 1.x expectation and runs the suite on a narrow pandas frame built by
 one DuckDB query; a check whose ``expr`` is set validates that derived column (what GX cannot
 see directly: the last message of a conversation, how many splits a normalised prompt lands in,
-whether two counts add up). ``blocking`` checks stop a publish when they fail; the others are
-reported (stored in ``ingest.validations``, shown as asset-check metadata), e.g. the KTO class
-balance with the observed ratio.
+whether two counts add up).
+
+Every check has an **action** (as Lakeflow/DLT expectations do):
+
+* ``warn`` — reported (``ingest.validations``, asset-check metadata), rows kept: e.g. the KTO
+  class balance with the observed ratio;
+* ``drop`` — offending rows are deleted from the table before anything downstream reads it or it
+  is published, each recorded in the ledger ``ingest.excluded`` with this check's name
+  (``validation.apply_drops``); *systemic* failure still blocks: when more than ``1 - mostly``
+  of the candidate rows (and more than one row) offend, nothing is dropped and the check fails
+  the run (a broken producer or a bug, not one odd record);
+* ``fail`` — blocks the run: contract-level guarantees (schema, identity uniqueness after
+  last-wins, engine-enforced types/enums/ranges, split leakage, raw ids in an export).
 
 Where the suites come from:
 
@@ -18,16 +28,19 @@ Where the suites come from:
 * ``staging.weighted_examples``, ``marts.*``, ``exports.*`` — declared below, with SPEC §5
   column names.
 
-Policy for ``blocking``: a check blocks when a downstream guarantee depends on it (keys for
-last-wins and joins, enums the label mapping reads, ranges the maths reads, message shape and
-split hygiene for trainers, privacy). Suspicious-but-processable data is reported instead
-(class balance, an empty dataset, an opaque id that does not look like SHA-256 hex).
+Policy: ``fail`` when a downstream guarantee depends on the whole table (keys for last-wins and
+joins, enums the label mapping reads, ranges the maths reads, split hygiene, privacy);
+``drop`` when one row is unusable but the rest are fine (a training row that cannot train: empty
+prompt or completion, wrong roles, chosen = rejected; an event time beyond the future slack);
+``warn`` for suspicious-but-processable data (class balance, an empty dataset, an opaque id that
+does not look like SHA-256 hex). The README has the table.
 
 "Not in the future" compares with the run time passed to ``validate_table`` plus
 :data:`FUTURE_SLACK` (one day): a naive local time read in the default zone can legitimately be
 up to +14 h ahead of UTC, and producers' clocks drift; anything later is garbage that would win
-last-wins forever. It blocks for the time that orders a source's last-wins (``spec.order[0]``)
-and is reported for other time fields (e.g. the signals buffer's skewed ``timestamp``).
+last-wins forever. It drops the row for the time that orders a source's last-wins
+(``spec.order[0]``) and is reported for other time fields (e.g. the signals buffer's skewed
+``timestamp``).
 """
 
 from __future__ import annotations
@@ -40,6 +53,10 @@ from transforms.spec import SourceSpec
 from transforms.text import WHITESPACE_RE2
 
 FUTURE_SLACK = timedelta(days=1)
+ACTIONS = ("warn", "drop", "fail")
+DROP_MOSTLY = 0.95  # a drop check fails the run when more than 5% of the candidate rows offend
+# Kinds whose offending rows are individual rows (uniqueness and table-level checks are not).
+DROPPABLE_KINDS = {"not_null", "in_set", "true", "between", "not_future", "regex"}
 
 # Macros the derived columns use (temp, registered by ``validation`` on the connection).
 # ``fwq_norm`` is ``transforms.text.fw_norm`` (NFC, whitespace runs -> one space, trimmed) made
@@ -105,16 +122,30 @@ class Check:
     strict_max: bool = False
     regex: str | None = None
     slack: timedelta = FUTURE_SLACK  # not_future
-    blocking: bool = True
+    blocking: bool = True  # shorthand for the action when ``action`` is not given: fail / warn
     optional: bool = False
-    mostly: float = 1.0
+    mostly: float = 1.0  # drop: the share of candidate rows that must pass, else the run fails
     show: tuple[str, ...] = ()
     sample_exprs: tuple[tuple[str, str], ...] = ()
     sample_order: tuple[str, ...] = ()  # SQL expressions over the table ordering the samples
+    action: str = ""  # warn | drop | fail (default: fail if blocking else warn)
 
     def __post_init__(self) -> None:
         if self.kind not in EXPECTATION_TYPES:
             raise ValueError(f"check {self.name!r}: unknown kind {self.kind!r}")
+        action = self.action or ("fail" if self.blocking else "warn")
+        if action not in ACTIONS:
+            raise ValueError(f"check {self.name!r}: unknown action {action!r}; one of {', '.join(ACTIONS)}")
+        if action == "drop" and self.kind not in DROPPABLE_KINDS:
+            raise ValueError(f"check {self.name!r}: a {self.kind} check cannot drop rows")
+        # A drop check blocks too, but only when it fails after dropping (beyond its threshold).
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "blocking", action != "warn")
+
+    @property
+    def gx_mostly(self) -> float:
+        """GX runs after the drops: whatever still offends then is systemic (nothing was dropped)."""
+        return 1.0 if self.action == "drop" else self.mostly
 
     @property
     def expectation_type(self) -> str:
@@ -132,7 +163,10 @@ class Check:
         return (self.column,) if self.column else ()
 
     def reporting(self) -> "Check":
-        return replace(self, blocking=False)
+        return replace(self, action="warn")
+
+    def dropping(self, mostly: float = DROP_MOSTLY) -> "Check":
+        return replace(self, action="drop", mostly=mostly)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,11 +255,11 @@ def conversation(column: str, *, last_role: str, roles: tuple[str, ...]) -> list
     return [
         holds(f"{column} is a non-empty conversation", f"{column}__non_empty",
               f"len({column}) > 0 and fwq_nonblank({column}[-1].content)", needs=(column,),
-              sample_exprs=preview),
+              sample_exprs=preview).dropping(),
         holds(f"{column} roles in {{{', '.join(roles)}}}, last is {last_role}", f"{column}__roles",
               f"len(list_filter({column}, lambda m: m.role is null or m.role not in ({listed}))) = 0 "
               f"and {column}[-1].role = '{last_role}'", needs=(column,),
-              sample_exprs=((f"{column}_roles", f"list_transform({column}, lambda m: m.role)"),)),
+              sample_exprs=((f"{column}_roles", f"list_transform({column}, lambda m: m.role)"),)).dropping(),
     ]
 
 
@@ -294,7 +328,7 @@ def source_suite(spec: SourceSpec) -> list[Check]:
             checks.append(between(f.name, low, f.maximum, strict_min=f.exclusive_minimum is not None))
         if f.time:
             check = not_future(f.name, show=(f"{f.name}_text",))
-            checks.append(check if f.name == order_time else check.reporting())
+            checks.append(check.dropping() if f.name == order_time else check.reporting())
     # content_hash is only filled for sources identified by content (the engine skips the cost
     # elsewhere), so it is checked through the identity above, not on its own.
     return checks + PROVENANCE_CHECKS + STAGING_EXTRAS.get(spec.name, [])
@@ -414,7 +448,7 @@ EXPORTS: dict[str, list[Check]] = {
         *conversation("chosen", last_role="assistant", roles=("assistant",)),
         *conversation("rejected", last_role="assistant", roles=("assistant",)),
         holds("chosen differs from rejected", "chosen__differs", "chosen <> rejected", needs=("chosen", "rejected"),
-              sample_exprs=(("chosen_last", "chosen[-1].content"),)),
+              sample_exprs=(("chosen_last", "chosen[-1].content"),)).dropping(),
         not_null("chosen_id"), not_null("rejected_id"),
         compound_unique("chosen_id", "rejected_id"),
         *split_checks(),

@@ -15,8 +15,10 @@ fails on every expectation. The frame route measured ~1 s of GX time per 1M rows
 expectations.
 
 Results are appended to ``ingest.validations`` (``record_validations``); ``enforce`` raises
-``ValidationFailed`` naming each failed blocking expectation with sample rows. Nothing here
-imports Dagster.
+``ValidationFailed`` naming each failed blocking expectation with sample rows. ``apply_drops``
+runs a table's ``drop`` checks first: offending rows are deleted and recorded in the ledger
+``ingest.excluded`` in one transaction, unless a check's offending share is systemic (then
+nothing is dropped for it and its GX result fails the run). Nothing here imports Dagster.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 import duckdb
 
-from dagster_project.expectations import MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check
+from dagster_project.expectations import MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check, order_keys
 from transforms.sqlfiles import table_columns
 
 # GX must never phone home (no network in production): set before great_expectations is imported.
@@ -74,9 +76,13 @@ class CheckResult:
     def blocking(self) -> bool:
         return self.check.blocking
 
+    @property
+    def action(self) -> str:
+        return self.check.action
+
     def as_dict(self) -> dict:
         return {"expectation": self.name, "expectation_type": self.expectation_type, "column": self.column,
-                "blocking": self.blocking, "success": self.success, "status": self.status,
+                "action": self.action, "blocking": self.blocking, "success": self.success, "status": self.status,
                 "observed": self.observed, "unexpected_count": self.unexpected_count,
                 "element_count": self.element_count, "samples": self.samples, "detail": self.detail}
 
@@ -126,7 +132,8 @@ class ValidationReport:
         for r in self.failures + self.warnings:
             tag = "✗" if r.blocking else "!"
             lines.append(f"  {tag} {r.name} [{r.expectation_type}"
-                         f"{' on ' + r.column if r.column else ''}; {'blocking' if r.blocking else 'reported'}]: "
+                         f"{' on ' + r.column if r.column else ''}; action {r.action}"
+                         f"{' (beyond its drop threshold: systemic)' if r.action == 'drop' else ''}]: "
                          f"{r.unexpected_count:,} unexpected, observed {_short(r.observed)}"
                          + (f" — {r.detail}" if r.detail else ""))
             for sample in r.samples[:SAMPLE_ROWS]:
@@ -143,6 +150,8 @@ class ValidationReport:
             "passed": sum(1 for r in self.results if r.success),
             "failed_blocking": [r.name for r in self.failures],
             "failed_reported": [r.name for r in self.warnings],
+            "excluded": {r.name: r.observed.get("excluded") for r in self.results
+                         if r.action == "drop" and isinstance(r.observed, dict) and r.observed.get("excluded")},
             "run_id": self.run_id,
             "validated_at": self.validated_at.isoformat(),
         }
@@ -236,6 +245,7 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
             result.observed = _balance(frame, result.check, result.observed)
 
     ordered = [results[i] for i in range(len(suite))]
+    _note_exclusions(con, table, run_id, ordered)
     return ValidationReport(table, run_id, rows, ordered, now=now, seconds=time.perf_counter() - started)
 
 
@@ -317,25 +327,25 @@ def _expectation(check: Check, index: int, now: datetime):
     meta = {"check": index, "name": check.name, "blocking": check.blocking}
     k = check.kind
     if k == "not_null":
-        return gxe.ExpectColumnValuesToNotBeNull(column=check.column, mostly=check.mostly, meta=meta)
+        return gxe.ExpectColumnValuesToNotBeNull(column=check.column, mostly=check.gx_mostly, meta=meta)
     if k == "unique":
-        return gxe.ExpectColumnValuesToBeUnique(column=check.column, mostly=check.mostly, meta=meta)
+        return gxe.ExpectColumnValuesToBeUnique(column=check.column, mostly=check.gx_mostly, meta=meta)
     if k == "compound_unique":
-        return gxe.ExpectCompoundColumnsToBeUnique(column_list=list(check.columns), mostly=check.mostly, meta=meta)
+        return gxe.ExpectCompoundColumnsToBeUnique(column_list=list(check.columns), mostly=check.gx_mostly, meta=meta)
     if k == "in_set":
         return gxe.ExpectColumnValuesToBeInSet(column=check.column, value_set=list(check.value_set),
-                                               mostly=check.mostly, meta=meta)
+                                               mostly=check.gx_mostly, meta=meta)
     if k == "true":
-        return gxe.ExpectColumnValuesToBeInSet(column=check.column, value_set=[True], mostly=check.mostly, meta=meta)
+        return gxe.ExpectColumnValuesToBeInSet(column=check.column, value_set=[True], mostly=check.gx_mostly, meta=meta)
     if k == "between":
         return gxe.ExpectColumnValuesToBeBetween(column=check.column, min_value=check.min_value,
                                                  max_value=check.max_value, strict_min=check.strict_min,
-                                                 strict_max=check.strict_max, mostly=check.mostly, meta=meta)
+                                                 strict_max=check.strict_max, mostly=check.gx_mostly, meta=meta)
     if k == "not_future":
         return gxe.ExpectColumnValuesToBeBetween(column=check.column, max_value=now + check.slack,
-                                                 mostly=check.mostly, meta=meta)
+                                                 mostly=check.gx_mostly, meta=meta)
     if k == "regex":
-        return gxe.ExpectColumnValuesToMatchRegex(column=check.column, regex=check.regex, mostly=check.mostly,
+        return gxe.ExpectColumnValuesToMatchRegex(column=check.column, regex=check.regex, mostly=check.gx_mostly,
                                                   meta=meta)
     if k == "mean_between":
         return gxe.ExpectColumnMeanToBeBetween(column=check.column, min_value=check.min_value,
@@ -477,6 +487,7 @@ VALIDATIONS_COLUMNS = {
     "expectation": "varchar",
     "expectation_type": "varchar",
     "column_name": "varchar",
+    "action": "varchar",
     "blocking": "boolean",
     "success": "boolean",
     "status": "varchar",
@@ -505,17 +516,143 @@ def record_validations(con: duckdb.DuckDBPyConnection, report: ValidationReport)
     ensure_validations_table(con)
     rows = []
     for r in report.results:
-        rows.append((report.run_id, report.table, r.name, r.expectation_type, r.column, r.blocking, r.success,
+        rows.append((report.run_id, report.table, r.name, r.expectation_type, r.column, r.action, r.blocking,
+                     r.success,
                      r.status, _dumps(r.observed), r.unexpected_count, report.rows, _dumps(r.samples), r.detail,
                      report.validated_at))
     if report.skipped:
-        rows.append((report.run_id, report.table, "suite", None, None, False, None, "skipped",
+        rows.append((report.run_id, report.table, "suite", None, None, None, False, None, "skipped",
                      None, 0, 0, "[]", report.skipped, report.validated_at))
     names = ", ".join(VALIDATIONS_COLUMNS)
     marks = ", ".join("?" for _ in VALIDATIONS_COLUMNS)
     if rows:
         con.executemany(f"insert into ingest.validations ({names}) values ({marks})", rows)
     return len(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# drop: the exclusion ledger ingest.excluded
+# ---------------------------------------------------------------------------------------------
+
+EXCLUDED_COLUMNS = {
+    "run_id": "varchar",
+    "table_name": "varchar",
+    "row_key": "varchar",  # the table's key columns as text, '|'-joined
+    "expectation": "varchar",  # the first drop check (in suite order) the row failed
+    "detail": "varchar",
+    "path": "varchar",  # provenance, when the table carries it
+    "line_number": "bigint",
+    "excluded_at": "timestamptz",
+}
+PROVENANCE_PAIRS = (("path", "line_number"), ("source_path", "source_line"),
+                    ("chosen_source_path", "chosen_source_line"))
+
+
+@dataclass
+class DropReport:
+    table: str
+    run_id: str
+    candidates: int
+    excluded: dict[str, int] = field(default_factory=dict)  # expectation -> rows excluded by it
+    systemic: dict[str, dict] = field(default_factory=dict)  # expectation -> {offending, of, threshold}
+
+    @property
+    def total(self) -> int:
+        return sum(self.excluded.values())
+
+    def metadata(self) -> dict:
+        return {"candidate_rows": self.candidates, "excluded_rows": self.total,
+                "excluded_by_expectation": dict(self.excluded), "systemic": dict(self.systemic)}
+
+
+def ensure_excluded_table(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("create schema if not exists ingest")
+    cols = ", ".join(f"{name} {kind}" for name, kind in EXCLUDED_COLUMNS.items())
+    con.execute(f"create table if not exists ingest.excluded ({cols})")
+
+
+def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now: datetime | None = None,
+                checks: list[Check] | None = None) -> DropReport:
+    """Delete the rows of ``table`` that fail its ``drop`` checks and record each in ``ingest.excluded``.
+
+    One transaction: the deletes and the ledger rows of this (run, table) replace any earlier
+    ones of the same run (a re-materialised asset never double-counts). A check whose offenders
+    are more than ``1 - mostly`` of the rows (and more than one row: one odd record never stops a
+    run) is systemic: its rows are kept, so its GX result fails and names it.
+    """
+    now = _utc(now or datetime.now(timezone.utc))
+    suite = checks if checks is not None else SUITES.get(table) or []
+    drops = [c for c in suite if c.action == "drop"]
+    columns = table_columns(con, table)
+    if columns is None:
+        return DropReport(table, run_id, 0)
+    drops = [c for c in drops if all(n in columns for n in c.required_columns)]
+    quoted = _quote_table(table)
+    candidates = int(con.execute(f"select count(*) from {quoted}").fetchone()[0])
+    report = DropReport(table, run_id, candidates)
+    ensure_excluded_table(con)
+    for statement in MACROS:
+        con.execute(statement)
+    keys = [c for c in order_keys(table) if c in columns]
+    key_sql = ("concat_ws('|', " + ", ".join(f"coalesce({_q(k)}::varchar, '∅')" for k in keys) + ")"
+               if keys else "rowid::varchar")
+    path_col, line_col = next(((p, l) for p, l in PROVENANCE_PAIRS if p in columns and l in columns),
+                              (None, None))
+    path_sql = f"{_q(path_col)}::varchar" if path_col else "null::varchar"
+    line_sql = f"{_q(line_col)}::bigint" if line_col else "null::bigint"
+    selects = []
+    for order, check in enumerate(drops):
+        predicate, _ = _offending(check, now)
+        value = check.sample_exprs[0][1] if check.sample_exprs else "__v"
+        label = check.sample_exprs[0][0] if check.sample_exprs else (check.column or "value")
+        selects.append((check, (
+            f"select __rid, {order} as __order, {_sql_literal(check.name)} as expectation, "
+            f"{_sql_literal(label + ' = ')} || coalesce(left(({value})::varchar, {SAMPLE_TEXT_CHARS}), 'NULL') as detail, "
+            f"__key, __path, __line from (select rowid as __rid, *, {check.expr or _q(check.column)} as __v, "
+            f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
+            f"from {quoted}) base where {predicate}")))
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])
+        con.execute("create or replace temp table _fw_drop (__rid bigint, __order int, expectation varchar, "
+                    "detail varchar, __key varchar, __path varchar, __line bigint)")
+        for check, sql in selects:
+            offending = int(con.execute(f"select count(*) from ({sql})").fetchone()[0])
+            if not offending:
+                continue
+            if offending > 1 and offending > (1 - check.mostly) * candidates:
+                report.systemic[check.name] = {"offending": offending, "of": candidates,
+                                               "threshold": round(1 - check.mostly, 6)}
+                continue
+            con.execute(f"insert into _fw_drop {sql}")
+        # A row failing several drop checks is excluded once, by the first in suite order.
+        con.execute(
+            "insert into ingest.excluded select ?, ?, __key, expectation, detail, __path, __line, ? from ("
+            "select * from _fw_drop qualify row_number() over (partition by __rid order by __order) = 1)",
+            [run_id, table, now])
+        con.execute(f"delete from {quoted} where rowid in (select __rid from _fw_drop)")
+        report.excluded = dict(con.execute(
+            "select expectation, count(*)::bigint from ingest.excluded where run_id = ? and table_name = ? "
+            "group by all order by all", [run_id, table]).fetchall())
+        con.execute("drop table _fw_drop")
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return report
+
+
+def _note_exclusions(con: duckdb.DuckDBPyConnection, table: str, run_id: str, results: list[CheckResult]) -> None:
+    """Put each drop check's excluded count (this run) in its observed value."""
+    drops = [r for r in results if r.action == "drop"]
+    if not drops or table_columns(con, "ingest.excluded") is None:
+        return
+    counts = dict(con.execute("select expectation, count(*)::bigint from ingest.excluded "
+                              "where run_id = ? and table_name = ? group by all", [run_id, table]).fetchall())
+    for r in drops:
+        observed = r.observed if isinstance(r.observed, dict) else {"observed": r.observed}
+        r.observed = {**observed, "excluded": int(counts.get(r.name, 0)),
+                      "threshold": round(1 - r.check.mostly, 6)}
 
 
 # ---------------------------------------------------------------------------------------------

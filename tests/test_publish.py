@@ -64,7 +64,7 @@ def test_full_run_publishes_every_dataset_and_hf_datasets_reads_them(lake, tmp_p
     con.close()
 
 
-def test_a_failing_blocking_expectation_keeps_the_previous_version(lake):
+def test_one_bad_training_row_is_dropped_and_named_in_the_ledger(lake):
     first = run_pipeline(lake)
     assert first.success, first.failures
     before = manifests(lake)
@@ -75,17 +75,46 @@ def test_a_failing_blocking_expectation_keeps_the_previous_version(lake):
     con.close()
 
     second = run_pipeline(lake)
+    assert second.success, second.failures
+    after = manifests(lake)
+    assert after["training/sft"]["run_id"] == second.run_id
+    assert after["training/sft"]["rows"] == before["training/sft"]["rows"] - 1
+    con = duckdb.connect(str(lake.warehouse), read_only=True)
+    assert con.execute("select count(*) from exports.sft where interaction_id = ?", [victim]).fetchone() == (0,)
+    ledger = con.execute("select row_key, expectation, detail, path, line_number from ingest.excluded "
+                         "where run_id = ? and table_name = 'exports.sft'", [second.run_id]).fetchall()
+    assert [(k, e) for k, e, *_ in ledger] == [(victim, "prompt is a non-empty conversation")]
+    _, _, detail, path, line = ledger[0]
+    assert detail == "prompt_last = " and path.startswith("interactions/") and line >= 1
+    (n,) = con.execute("select unexpected_count from ingest.validations where run_id = ? and "
+                       "table_name = 'exports.sft' and expectation = 'prompt is a non-empty conversation'",
+                       [second.run_id]).fetchone()
+    assert n == 0  # after the drop the table meets the expectation
+    con.close()
+
+
+def test_a_systemic_drop_fails_the_run_and_keeps_the_previous_version(lake):
+    first = run_pipeline(lake)
+    assert first.success, first.failures
+    before = manifests(lake)
+    con = duckdb.connect(str(lake.state_db))
+    victims = [r[0] for r in con.execute("select interaction_id from exports.sft order by interaction_id "
+                                         "limit (select count(*) // 10 + 2 from exports.sft)").fetchall()]
+    con.execute("update raw.interactions set output_text = ' ' where id in (select unnest(?::varchar[]))",
+                [victims])
+    con.close()
+
+    second = run_pipeline(lake)
     assert not second.success
     message = "\n".join(m for _, m in second.failures)
-    assert "exports.sft" in message and "prompt is a non-empty conversation" in message
-    assert victim in message  # sample offending rows are shown
+    assert "exports.sft" in message and "completion is a non-empty conversation" in message
+    assert "systemic" in message and victims[0] in message  # sample offending rows are shown
     after = manifests(lake)
     assert after["training/sft"] == before["training/sft"]  # previous version still current
     assert after["training/weighted"]["run_id"] == second.run_id  # unaffected datasets still published
-    assert after["analytics/interaction_labels"]["run_id"] == second.run_id
     con = duckdb.connect(str(lake.state_db), read_only=True)
-    assert con.execute("select count(*) from ingest.validations where run_id = ? and not success "
-                       "and table_name = 'exports.sft'", [second.run_id]).fetchall()[0][0] >= 1
+    assert con.execute("select count(*) from ingest.excluded where run_id = ? and table_name = 'exports.sft'",
+                       [second.run_id]).fetchone() == (0,)  # nothing dropped: the whole set is suspect
     assert con.execute("select status from ingest.runs where run_id = ?", [second.run_id]).fetchall() == [("failed",)]
     con.close()
 

@@ -1,9 +1,11 @@
 """Validation and publishing: GX suites as asset checks, atomic Parquet versions per dataset.
 
 Staged tables get a blocking Great Expectations check (a failure stops everything downstream,
-so nothing built from bad staging is published). Each export validates its table first and
-publishes only when every blocking expectation passes; otherwise the run fails, the message
-names the failed expectations with sample rows, and the previous version stays current.
+so nothing built from bad staging is published; the staging asset has already applied the
+``drop`` expectations). Each export first drops the rows its ``drop`` expectations exclude
+(recorded in ``ingest.excluded``), then validates and publishes only when no ``fail``
+expectation failed and no drop was systemic; otherwise the run fails, the message names the
+failed expectations with sample rows, and the previous version stays current.
 """
 
 import dagster as dg
@@ -14,7 +16,7 @@ from dagster_project.publish import publish_dataset
 from dagster_project.resources import FlywheelResource
 from dagster_project.tables import WAREHOUSE_TAG
 from dagster_project.sources import builtin_sources
-from dagster_project.validation import record_validations, validate_table
+from dagster_project.validation import apply_drops, record_validations, validate_table
 from transforms.retrieval import EVENTLOG_STAGING
 
 TRAINING = ["sft", "kto", "dpo", "weighted"]
@@ -26,10 +28,14 @@ def _check_metadata(report) -> dict:
         "rows_validated": report.rows,
         "expectations": len(report.results),
         "failed": dg.MetadataValue.md("\n".join(
-            f"- **{r.check.name}** ({'blocking' if r.check.blocking else 'reported'}): "
+            f"- **{r.check.name}** (action {r.check.action}): "
             f"{r.unexpected_count:,} unexpected, observed {r.observed}, e.g. `{r.samples[:2]}`"
             for r in report.results if not r.success) or "none"),
     }
+
+
+def _drop_metadata(drops) -> dict:
+    return {"excluded_rows": drops.total, "excluded": dg.MetadataValue.json(drops.metadata())}
 
 
 def staging_check(table: str) -> dg.AssetChecksDefinition:
@@ -68,18 +74,20 @@ def published_dataset(kind: str, name: str, table: str) -> dg.AssetsDefinition:
         settings = flywheel.settings()
         dest = settings.export_dir / kind / name
         with flywheel.state() as con:
+            # drop expectations first: offending rows leave the table (ledger: ingest.excluded)
+            drops = apply_drops(con, table, run_id=context.run_id)
             report = validate_table(con, table, run_id=context.run_id)
             record_validations(con, report)
             if not report.success:
                 raise dg.Failure(
                     description=f"not published; {dest} keeps its previous version.\n{report.describe()}",
-                    metadata=_check_metadata(report))
+                    metadata={**_check_metadata(report), **_drop_metadata(drops)})
             manifest = publish_dataset(con, table, dest, run_id=context.run_id, watermarks=watermarks(con),
                                        validation=report.summary())
         return dg.MaterializeResult(
             metadata={"dagster/row_count": manifest["rows"], "content_hash": manifest["content_hash"],
                       "version": dg.MetadataValue.path(str(dest.resolve())),
-                      "validation": dg.MetadataValue.json(report.summary())},
+                      "validation": dg.MetadataValue.json(report.summary()), **_drop_metadata(drops)},
             check_results=[dg.AssetCheckResult(passed=True, metadata=_check_metadata(report))],
         )
 

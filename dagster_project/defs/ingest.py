@@ -14,6 +14,7 @@ from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
 from dagster_project.state import record_run
+from dagster_project.validation import apply_drops
 from transforms.classify import q
 from transforms.spec import SourceSpec
 from transforms.sqlfiles import materialize
@@ -111,16 +112,21 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         kinds={"duckdb"},
         op_tags=WAREHOUSE_TAG,
     )
-    def _staging(flywheel: FlywheelResource) -> dg.MaterializeResult:
+    def _staging(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
         with flywheel.state() as con:
             rows = build_staging(con, spec)
+            # drop expectations (e.g. a time beyond the future slack) apply before marts read it
+            drops = apply_drops(con, f"staging.{spec.name}", run_id=context.run_id)
+            rows -= drops.total
             versions = count(con, f"select count(*) from raw.{q(spec.name)}")
             sample = preview(con, f"staging.{q(spec.name)}",
                              ", ".join(q(f.name) for f in spec.fields[:6]) + ", path, line_number")
         return dg.MaterializeResult(metadata={
             "dagster/row_count": rows,
             "versions_loaded": versions,
-            "superseded_versions": versions - rows,
+            "superseded_versions": versions - rows - drops.total,
+            "excluded_rows": drops.total,
+            "excluded": dg.MetadataValue.json(drops.metadata()),
             "preview": sample,
         })
 

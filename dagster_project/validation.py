@@ -593,7 +593,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
     ensure_excluded_table(con)
     for statement in MACROS:
         con.execute(statement)
-    keys = [c for c in order_keys(table) if c in columns]
+    keys = [c for c in (order_keys(table) or _suite_key(suite)) if c in columns]
     key_sql = ("concat_ws('|', " + ", ".join(f"coalesce({_q(k)}::varchar, '∅')" for k in keys) + ")"
                if keys else "rowid::varchar")
     path_col, line_col = next(((p, l) for p, l in PROVENANCE_PAIRS if p in columns and l in columns),
@@ -640,6 +640,16 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
         con.execute("rollback")
         raise
     return report
+
+
+def _suite_key(suite: list[Check]) -> tuple[str, ...]:
+    """The key of a table validated with an explicit suite: its first uniqueness check."""
+    for check in suite:
+        if check.kind == "unique" and check.expr is None:
+            return (check.column,)
+        if check.kind == "compound_unique":
+            return check.columns
+    return ()
 
 
 def _note_exclusions(con: duckdb.DuckDBPyConnection, table: str, run_id: str, results: list[CheckResult]) -> None:

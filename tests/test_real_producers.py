@@ -171,3 +171,46 @@ def test_string_fields_are_staged_as_written_not_as_json_text(settings):
         ("bad_type:project_context",)]
     assert rows(con, "select competence_level, typeof(competence_level) from staging.outcomes") == [
         ("Unknown", "VARCHAR")]
+
+
+# --- no single record stops a publish (end to end, real Dagster run on the sample lake) ---------
+
+TUI_EMPTY_QUERY = '{"timestamp":1795395866,"query":"","response":"It is injectable.","rating":"good","weight":1.0}'
+
+
+@pytest.mark.slow
+def test_an_empty_tui_query_and_a_2031_interaction_do_not_stop_the_run(settings, tmp_path):
+    import shutil
+    from dataclasses import replace
+
+    import duckdb
+
+    from conftest import PROJECT
+    from dagster_project.pipeline import run_pipeline
+
+    raw = tmp_path / "lake"
+    shutil.copytree(PROJECT / "data" / "raw", raw)
+    lake = replace(settings, raw_dir=raw, pseudonym_key="test-key")
+    ratings = raw / "weighted" / "feedback.jsonl"
+    ratings_lines = ratings.read_bytes().count(b"\n")
+    write_lines(ratings, [TUI_EMPTY_QUERY], mode="ab")
+    future = write_lines(raw / "interactions" / "interactions_2026-02-26_0a0a0a0a.jsonl", [
+        dumps(interaction("future-1", timestamp="2031-05-01T10:00:00")),
+        dumps(interaction("today-1", timestamp="2026-02-26T10:00:00"))])
+
+    result = run_pipeline(lake)
+    assert result.success, result.failures
+    con = duckdb.connect(str(lake.warehouse), read_only=True)
+    ledger = rows(con, "select table_name, row_key, expectation, path, line_number from ingest.excluded "
+                       "where run_id = ? order by table_name", [result.run_id])
+    content_hash = rows(con, "select content_hash from staging.weighted_ratings where query = ''")[0][0]
+    assert [(t, k, e) for t, k, e, _, _ in ledger] == [
+        ("exports.kto", f"weighted_rating|{content_hash}", "prompt is a non-empty conversation"),
+        ("exports.weighted", f"weighted_rating|{content_hash}", "prompt is a non-empty conversation"),
+        ("staging.interactions", "future-1", "timestamp not in the future"),
+    ]
+    assert ledger[1][3:] == ("weighted/feedback.jsonl", ratings_lines + 1)
+    assert ledger[2][3:] == (future.relative_to(raw).as_posix(), 1)
+    assert rows(con, "select count(*) from staging.interactions where id in ('future-1', 'today-1')") == [(1,)]
+    assert rows(con, "select count(*) from exports.weighted where prompt[-1].content = ''") == [(0,)]
+    con.close()

@@ -276,3 +276,81 @@ def test_fast_normalisation_macro_equals_fw_norm_and_python(seed):
     for s, fast, reference, nonblank in got:
         assert fast == reference == text.normalize_text(s), repr(s)
         assert nonblank == bool(text.normalize_text(s)), repr(s)
+
+
+# ------------------------------------------------------------------ actions: warn / drop / fail
+
+
+def test_every_expectation_has_an_explicit_action_and_drops_only_rows():
+    from dagster_project.expectations import ACTIONS, DROPPABLE_KINDS
+
+    actions = {(table, c.name): c.action for table, checks in SUITES.items() for c in checks}
+    assert set(actions.values()) == set(ACTIONS)
+    for table, checks in SUITES.items():
+        for c in checks:
+            assert c.blocking == (c.action != "warn")
+            if c.action == "drop":
+                assert c.kind in DROPPABLE_KINDS and c.mostly == 0.95
+    for table in ("exports.sft", "exports.kto", "exports.dpo", "exports.weighted"):
+        assert actions[(table, "prompt is a non-empty conversation")] == "drop"
+        assert actions[(table, "no normalised prompt in both splits")] == "fail"
+        assert actions[(table, "no raw session or user id columns (session_id, user_id, user_id_or_null, "
+                               "session_id_opaque)")] == "fail"
+    assert actions[("staging.interactions", "timestamp not in the future")] == "drop"
+    assert actions[("staging.interactions", "id is unique")] == "fail"
+    with pytest.raises(ValueError, match="cannot drop rows"):
+        Check("x is unique", "unique", "x", action="drop")
+
+
+def _sft_copy(lake, name: str):
+    con = lake.con.cursor()
+    con.execute(f"create or replace table main.{name} as select * from exports.sft")
+    return con
+
+
+def test_drop_removes_one_bad_row_records_it_once_per_run_and_the_rest_passes(lake):
+    from dagster_project.validation import apply_drops
+
+    checks = SUITES["exports.sft"]
+    con = _sft_copy(lake, "sft_one_bad")
+    n = con.execute("select count(*) from sft_one_bad").fetchone()[0]
+    victim = con.execute("select interaction_id from sft_one_bad order by 1 limit 1").fetchone()[0]
+    con.execute("update sft_one_bad set completion = [{'role': 'user', 'content': 'hi'}] where interaction_id = ?",
+                [victim])
+    for run in ("run-a", "run-a", "run-b"):  # a re-materialised asset in one run does not double-count
+        con.execute("delete from sft_one_bad where interaction_id = ?", [victim])
+        con.execute("insert into sft_one_bad select * replace ([{'role': 'user', 'content': 'hi'}] as completion) "
+                    "from exports.sft where interaction_id = ?", [victim])
+        drops = apply_drops(con, "main.sft_one_bad", run_id=run, now=NOW, checks=checks)
+        assert drops.candidates == n and drops.excluded == {
+            "completion roles in {assistant}, last is assistant": 1} and not drops.systemic
+    ledger = con.execute("select run_id, row_key, expectation, detail, path, line_number from ingest.excluded "
+                         "where table_name = 'main.sft_one_bad' order by run_id").fetchall()
+    assert [(r, k, e) for r, k, e, *_ in ledger] == [
+        ("run-a", victim, "completion roles in {assistant}, last is assistant"),
+        ("run-b", victim, "completion roles in {assistant}, last is assistant")]
+    assert ledger[0][3] == "completion_roles = [user]" and ledger[0][4] and ledger[0][5] >= 1
+    assert con.execute("select count(*) from sft_one_bad").fetchone() == (n - 1,)
+    report = validate_table(con, "main.sft_one_bad", run_id="run-b", now=NOW, checks=checks)
+    assert report.success, report.describe()
+    roles = report.result("completion roles in {assistant}, last is assistant")
+    assert roles.observed["excluded"] == 1 and report.summary()["excluded"] == {roles.name: 1}
+
+
+def test_drop_beyond_its_threshold_keeps_the_rows_and_fails_naming_the_expectation(lake):
+    from dagster_project.validation import apply_drops
+
+    checks = SUITES["exports.sft"]
+    con = _sft_copy(lake, "sft_many_bad")
+    n = con.execute("select count(*) from sft_many_bad").fetchone()[0]
+    con.execute("update sft_many_bad set prompt = [{'role': 'user', 'content': ''}] "
+                "where interaction_id in (select interaction_id from sft_many_bad order by 1 limit 2)")
+    assert 2 > 0.05 * n  # more than 5% of the candidate rows (and more than one row)
+    drops = apply_drops(con, "main.sft_many_bad", run_id="r", now=NOW, checks=checks)
+    assert drops.total == 0 and drops.systemic == {
+        "prompt is a non-empty conversation": {"offending": 2, "of": n, "threshold": 0.05}}
+    assert con.execute("select count(*) from sft_many_bad").fetchone() == (n,)
+    report = validate_table(con, "main.sft_many_bad", run_id="r", now=NOW, checks=checks)
+    assert [r.name for r in report.failures] == ["prompt is a non-empty conversation"]
+    with pytest.raises(ValidationFailed, match="prompt is a non-empty conversation.*systemic"):
+        enforce(report)

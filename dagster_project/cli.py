@@ -98,9 +98,28 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 rt.add_row(rid[:8] + ("*" if rid == run_id else ""), mode, st,
                            start.strftime("%Y-%m-%d %H:%M:%S"), f"{lines:,}", f"{loaded:,}", f"{quarantined:,}")
             out.print(rt)
+            _print_excluded(con, run_id or runs[0][0])
         _print_publications(con, settings)
     finally:
         con.close()
+
+
+def _print_excluded(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Rows a ``drop`` expectation kept out of a table in that run (the ledger ingest.excluded)."""
+    try:
+        rows = con.execute("select table_name, expectation, count(*) from ingest.excluded where run_id = ? "
+                           "group by all order by all", [run_id]).fetchall()
+    except duckdb.CatalogException:  # a warehouse from before the ledger existed
+        return
+    if not rows:
+        out.print(f"Excluded rows (run {run_id[:8]}): none")
+        return
+    table = Table(title=f"Excluded rows (run {run_id[:8]}; select * from ingest.excluded)")
+    for col in ("table", "expectation", "rows"):
+        table.add_column(col, justify="right" if col == "rows" else "left")
+    for name, expectation, n in rows:
+        table.add_row(name, expectation, f"[yellow]{n:,}[/]")
+    out.print(table)
 
 
 def _print_publications(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:

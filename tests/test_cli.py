@@ -40,6 +40,7 @@ def test_run_then_status_and_quarantine(env, tmp_path):
 
     status = invoke("status")
     assert status.exit_code == 0 and "interactions" in status.output
+    assert "Excluded rows" in status.output and "none" in status.output
 
     listing = invoke("quarantine", "list", "--reason", "bad_type")
     assert "bad_type:was_accepted" in listing.output and "interactions_2026-02-26_5b0c2f7e.jsonl:2" in listing.output
@@ -54,6 +55,15 @@ def test_run_then_status_and_quarantine(env, tmp_path):
     csv_path = tmp_path / "q.csv"
     assert invoke("quarantine", "export", str(csv_path), "--source", "interactions").exit_code == 0
     assert len(list(csv.DictReader(csv_path.open()))) == 2
+
+
+def test_status_counts_rows_a_drop_expectation_excluded(env):
+    write_lines(env.raw_dir / "interactions" / "interactions_2026-02-27_5b0c2f7e.jsonl",
+                [dumps(interaction(3, timestamp="2031-01-01T00:00:00"))])
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 0, result.output
+    excluded = result.output.split("Excluded rows")[1]
+    assert "staging.interactions" in excluded and "timestamp not in the future" in excluded
 
 
 def test_replay_after_fixing_the_sources_file_loads_the_lines(env, tmp_path, monkeypatch):

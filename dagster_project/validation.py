@@ -607,7 +607,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
         label = check.sample_exprs[0][0] if check.sample_exprs else (check.column or "value")
         selects.append((check, (
             f"select __rid, {order} as __order, {_sql_literal(check.name)} as expectation, "
-            f"{_sql_literal(label + ' = ')} || coalesce(left(({value})::varchar, {SAMPLE_TEXT_CHARS}), 'NULL') as detail, "
+            f"{_sql_literal(label + ' = ')} || left(coalesce(to_json({value})::varchar, 'null'), {SAMPLE_TEXT_CHARS}) as detail, "
             f"__key, __path, __line from (select rowid as __rid, *, {check.expr or _q(check.column)} as __v, "
             f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
             f"from {quoted}) base where {predicate}")))

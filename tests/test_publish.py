@@ -85,7 +85,7 @@ def test_one_bad_training_row_is_dropped_and_named_in_the_ledger(lake):
                          "where run_id = ? and table_name = 'exports.sft'", [second.run_id]).fetchall()
     assert [(k, e) for k, e, *_ in ledger] == [(victim, "prompt is a non-empty conversation")]
     _, _, detail, path, line = ledger[0]
-    assert detail == "prompt_last = " and path.startswith("interactions/") and line >= 1
+    assert detail == 'prompt_last = ""' and path.startswith("interactions/") and line >= 1
     (n,) = con.execute("select unexpected_count from ingest.validations where run_id = ? and "
                        "table_name = 'exports.sft' and expectation = 'prompt is a non-empty conversation'",
                        [second.run_id]).fetchone()

@@ -329,7 +329,7 @@ def test_drop_removes_one_bad_row_records_it_once_per_run_and_the_rest_passes(la
     assert [(r, k, e) for r, k, e, *_ in ledger] == [
         ("run-a", victim, "completion roles in {assistant}, last is assistant"),
         ("run-b", victim, "completion roles in {assistant}, last is assistant")]
-    assert ledger[0][3] == "completion_roles = [user]" and ledger[0][4] and ledger[0][5] >= 1
+    assert ledger[0][3] == 'completion_roles = ["user"]' and ledger[0][4] and ledger[0][5] >= 1
     assert con.execute("select count(*) from sft_one_bad").fetchone() == (n - 1,)
     report = validate_table(con, "main.sft_one_bad", run_id="run-b", now=NOW, checks=checks)
     assert report.success, report.describe()

@@ -29,6 +29,7 @@ TRAILING_COMMA_RE = r",\s*[}\]]"
 NESTED_NONSTANDARD_RE = r"(?i)(^|[:\[,])\s*[-+]?(nan|inf)"
 NAIVE_FORMATS = ["%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"]
 OFFSET_RE = r"(Z|z|[+-]\d\d:?\d\d)$"
+OFFSET_HM_RE = r"[+-](\d\d):?(\d\d)$"
 MAX_OFFSET_MINUTES = 18 * 60  # ISO 8601 / RFC 3339 offsets stop at ±18:00
 KIND_NAMES = {"s": "a string", "o": "an object", "a": "an array", "b": "a boolean", "n": "null", "num": "a number", "x": "a non-standard literal"}
 EXPECTED = {
@@ -86,6 +87,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         "earliest": spec.earliest,
         "latest": spec.latest,
         "max_offset": MAX_OFFSET_MINUTES,
+        "offset_hm_re": OFFSET_HM_RE,
     }
     n = len(spec.fields)
     idx = range(1, n + 1)
@@ -288,9 +290,9 @@ def _time_exprs(f: Field, i: int, params: dict, source_zone: str) -> list[tuple[
                  f"null::timestamp as n{i}, null::int as om{i}")
         return [(timed, f"false as gap{i}, null::timestamptz as ab{i}, "
                         f"case when {window} then tr{i} end as tm{i}, 'epoch' as fd{i}")]
-    offset_minutes = (f"case when regexp_matches({t}, '[+-]\d\d:?\d\d$') then "
-                      f"try_cast(regexp_extract({t}, '([+-])(\d\d):?(\d\d)$', 2) as int) * 60 + "
-                      f"try_cast(regexp_extract({t}, '([+-])(\d\d):?(\d\d)$', 3) as int) end")
+    offset_minutes = (f"case when regexp_matches({t}, $offset_hm_re) then "
+                      f"try_cast(regexp_extract({t}, $offset_hm_re, 1) as int) * 60 + "
+                      f"try_cast(regexp_extract({t}, $offset_hm_re, 2) as int) end")
     has_offset = f"regexp_matches({t}, $offset_re)"
     with_offset = f"case when coalesce(om{i}, 0) <= $max_offset then try_cast({t} as timestamptz) end"
     if f.time == "iso_offset":

@@ -61,6 +61,8 @@ def environment(settings: Settings) -> Iterator[None]:
         "FLYWHEEL_DPO_MAX_PAIRS": str(settings.dpo_max_pairs),
         "FLYWHEEL_EVAL_FRACTION": str(settings.eval_fraction),
         "FLYWHEEL_SESSION_RETENTION_DAYS": str(settings.session_retention_days),
+        "FLYWHEEL_KEEP_SNAPSHOTS": str(settings.keep_snapshots),
+        "FLYWHEEL_ALLOW_EMPTY": "1" if settings.allow_empty else None,
     }
     saved = {name: os.environ.get(name) for name in wanted}
     try:
@@ -115,7 +117,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
 
 
 def mark_failed(settings: Settings, run_id: str, error: str) -> None:
-    """Record a failed run in ``ingest.runs`` (the published warehouse keeps its last version)."""
+    """Record a failed run in ``ingest.runs`` (the current snapshot stays current)."""
     if not settings.state_db.exists():
         return
     from dagster_project.ingest import ensure_schema

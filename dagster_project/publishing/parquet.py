@@ -1,10 +1,10 @@
 """Tables as content-addressed, partitioned Parquet files: a partition whose rows did not change
 is never written again.
 
-A table is cut into partitions by the month of its event time (``partition_column``): a lake
-grows at the end of time, so a 1% append touches the newest month and leaves the others'
-rows, hashes and files alone. Each partition's rows are hashed in DuckDB (sha256 over the
-sorted ``md5(to_json(row))``), and that hash — with the schema and sort order — names the
+A table is cut into partitions by the day (month, for small tables) of its event time
+(``partition_sql``): a lake grows at the end of time, so a 1% append touches the newest day and
+leaves the others' rows, hashes and files alone. Each partition's rows are hashed in DuckDB
+(sha256 over the sorted ``md5(to_json(row))``), and that hash — with the schema and sort order — names the
 object ``.objects/<key>.parquet``. An object that exists already is hard-linked into the new
 snapshot; only missing ones are written (to a temp name, verified, fsynced, then renamed, so an
 object file is complete or absent). Training sets are also cut by split (``train-*`` /
@@ -29,6 +29,7 @@ ROW_GROUP_ROWS = 100_000
 TIME_COLUMNS = ("interaction_timestamp", "example_timestamp", "timestamp", "queried_at", "created_at",
                 "recorded_at", "committed_at", "first_labeled_at", "first_seen", "day", "started_at",
                 "validated_at", "quarantined_at", "observed_at")
+DAY_GRAIN_ROWS = 5_000
 ROW_HASH = "sha256(coalesce(string_agg(__h, '' order by __h), ''))"
 
 
@@ -61,6 +62,7 @@ class Part:
 class Plan:
     dataset: Dataset
     columns: list[dict[str, str]]
+    part_sql: str  # the partition expression this plan was cut by
     parts: list[Part] = field(default_factory=list)
 
     @property
@@ -82,14 +84,29 @@ def partition_column(columns: dict[str, str]) -> str | None:
     return next((c for c in columns if is_time(c)), None)
 
 
-def partition_sql(dataset: Dataset, columns: dict[str, str]) -> str:
-    """The file name (without ``.parquet``) each row goes to."""
+def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
+    """The file name (without ``.parquet``) each row goes to.
+
+    The event time's day for tables over ``DAY_GRAIN_ROWS`` rows (a day's append is a new
+    file), its month for smaller ones (fewer tiny files; rewriting them costs little). Without
+    a time column, the date in the name of the row's source file (``source_path``: producers
+    name files by day), else one partition.
+    """
+    fmt = "%Y-%m-%d" if rows > DAY_GRAIN_ROWS else "%Y-%m"
     col = partition_column(columns)
-    month = f"coalesce(strftime({q(col)}, '%Y-%m'), 'undated')" if col else "'all'"
+    source = next((c for c in columns if c == "source_path" or c.endswith("_source_path")), None)
+    if col:
+        when = f"coalesce(strftime({q(col)}, '{fmt}'), 'undated')"
+    elif source:
+        width = len("2026-01-01") if rows > DAY_GRAIN_ROWS else len("2026-01")
+        when = (f"coalesce(nullif(left(regexp_extract({q(source)}, '(\\d{{4}}-\\d{{2}}-\\d{{2}})[^/]*$', 1), "
+                f"{width}), ''), 'undated')")
+    else:
+        when = "'all'"
     if dataset.kind == "training" and "split" in columns:
         # HF maps train-* to the train split and test-* to test (our eval split).
-        return f"(case when split = 'eval' then 'test' else 'train' end) || '-' || {month}"
-    return f"'part-' || {month}"
+        return f"(case when split = 'eval' then 'test' else 'train' end) || '-' || {when}"
+    return f"'part-' || {when}"
 
 
 def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Plan:
@@ -100,10 +117,12 @@ def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Pla
         raise ValueError(f"{dataset.table}: columns __part/__h are reserved by the publisher")
     schema = json.dumps([[c, t] for c, t in columns.items()])
     row = "{" + ", ".join(f"{lit(c)}: {q(c)}" for c in columns) + "}"
+    total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
+    part_sql = partition_sql(dataset, columns, total)
     rows = con.execute(
-        f"select __part, count(*)::bigint, {ROW_HASH} from (select {partition_sql(dataset, columns)} as __part, "
+        f"select __part, count(*)::bigint, {ROW_HASH} from (select {part_sql} as __part, "
         f"md5(to_json({row})) as __h from ({dataset.select})) group by __part order by __part").fetchall()
-    result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()])
+    result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql)
     if not rows:  # an empty table still has a schema: one empty file
         rows = [("train-empty" if dataset.kind == "training" else "part-empty", 0, "")]
     for part, n, digest in rows:
@@ -122,7 +141,7 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
     columns = {c["name"]: c["type"] for c in planned.columns}
     order = [c for c in dataset.order if c in columns] + [c for c in columns if c not in dataset.order]
     order_sql = ", ".join(f"{q(c)} asc nulls first" for c in order)
-    part_sql = partition_sql(dataset, columns)
+    part_sql = planned.part_sql
     options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
     missing = [p for p in planned.parts if not (p.reused and (objects / f"{p.key}.parquet").exists())]
     source = f"({dataset.select})"

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import duckdb
 
-from dagster_project.publishing.parquet import Dataset, Plan, fsync_dir, lit, partition_sql, plan, q, write_objects
+from dagster_project.publishing.parquet import Dataset, Plan, fsync_dir, lit, plan, q, write_objects
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
 
 FORMAT = "flywheel-snapshot/1"
@@ -312,8 +312,7 @@ def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> Non
             text = [c["name"] for c in planned.columns if c["type"] == "VARCHAR"]
             if not planned.dataset.shared or not new or not text:
                 continue
-            columns = {c["name"]: c["type"] for c in planned.columns}
-            where = f"{partition_sql(planned.dataset, columns)} in ({', '.join(lit(n) for n in new)})"
+            where = f"{planned.part_sql} in ({', '.join(lit(n) for n in new)})"
             counts = con.execute(
                 "select " + ", ".join(f"count(*) filter (where {q(c)} in (select v from __fw_raw_ids))" for c in text)
                 + f" from ({planned.dataset.select}) where {where}").fetchone()

@@ -436,7 +436,9 @@ def _remove_leftovers(export_dir: Path) -> None:
     snaps = export_dir / SNAPSHOTS
     current = current_version(export_dir)
     for version in _versions(snaps):
-        if current is None or version > current:
+        # Versions are creation times: one newer than ``current`` never became current. Without a
+        # ``current`` link only manifest-less (half-built) directories are surely leftovers.
+        if (version > current) if current else not (snaps / version / MANIFEST).exists():
             shutil.rmtree(snaps / version, ignore_errors=True)
     for tmp in (snaps / OBJECTS).glob(".tmp-*"):
         tmp.unlink(missing_ok=True)

@@ -185,17 +185,30 @@ def test_no_published_dataset_holds_a_raw_session_or_user_id(sample):
         assert "session_pseudonym" in columns and "session_id" not in columns, mart
 
 
-def test_a_run_with_nothing_new_publishes_nothing(sample):
+def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots(sample, monkeypatch):
+    from typer.testing import CliRunner
+
+    from dagster_project.cli import app
+
     settings, first = sample
+    for name, value in {"FLYWHEEL_RAW_DIR": settings.raw_dir, "FLYWHEEL_WAREHOUSE": settings.warehouse,
+                        "FLYWHEEL_EXPORT_DIR": settings.export_dir, "FLYWHEEL_PSEUDONYM_KEY": KEY}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
     before = current_version(settings.export_dir)
-    again = run_pipeline(settings)
-    assert again.success, again.failures
+    result = CliRunner().invoke(app, ["run", "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"Nothing changed since snapshot {before}: nothing published." in " ".join(result.output.split())
     assert current_version(settings.export_dir) == before
     assert [s["version"] for s in list_snapshots(settings.export_dir)] == [before]
     con = duckdb.connect(str(settings.state_db), read_only=True)
+    again = con.execute("select run_id from ingest.runs where run_id <> ? order by started_at desc limit 1",
+                        [first.run_id]).fetchone()[0]
     assert con.execute("select snapshot, snapshot_status from ingest.runs where run_id = ?",
-                       [again.run_id]).fetchone() == (before, "unchanged")
+                       [again]).fetchone() == (before, "unchanged")
     con.close()
+    status_output = CliRunner().invoke(app, ["status"], catch_exceptions=False).output
+    assert "Snapshots" in status_output and before in status_output
 
 
 @pytest.mark.slow

@@ -475,3 +475,41 @@ def test_a_legacy_layout_is_migrated_once(tmp_path):
     assert wh.execute("select count(*) from exports.sft").fetchone() == (10,)
     wh.close()
     assert publish(state, tmp_path, "again").status == "unchanged" and result.status == "published"
+
+
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+
+ACTIONS = st.lists(st.tuples(st.sampled_from(["append", "delete", "update", "publish"]), st.integers(0, 10_000)),
+                   min_size=1, max_size=5)
+
+
+@hsettings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(actions=ACTIONS)
+def test_publishing_incrementally_equals_publishing_once(tmp_path_factory, actions):
+    root = tmp_path_factory.mktemp("prop")
+    state = toy_state(root / "state.duckdb", months=3, per_month=30)
+    publish(state, root, "run-0")
+    for i, (action, n) in enumerate(actions, start=1):
+        con = duckdb.connect(str(state))
+        if action == "append":
+            con.close()
+            append_month(state, 1 + n % 5, start=n * 10)
+            con = duckdb.connect(str(state))
+        elif action == "delete":
+            con.execute("delete from exports.sft where interaction_id in (select interaction_id from exports.sft "
+                        "order by hash(interaction_id || ?) limit 3)", [str(n)])
+        elif action == "update":
+            con.execute("update exports.sft set split = case when split = 'eval' then 'train' else 'eval' end "
+                        "where interaction_id = (select min(interaction_id) from exports.sft where hash(interaction_id) % 7 = ?)",
+                        [n % 7])
+        con.close()
+        if action == "publish" or i == len(actions):
+            publish(state, root, f"run-{i}", keep=2)
+    incremental = verify_snapshot(root / "exports")
+    once = publish(state, root / "once", "once").manifest
+    assert data_hashes(incremental) == data_hashes(once)
+    for path, entry in once["datasets"].items():
+        if entry["table"] in RUN_LOG:
+            continue
+        assert [(f["name"], f["rows"], f["object"]) for f in incremental["datasets"][path]["files"]] == \
+               [(f["name"], f["rows"], f["object"]) for f in entry["files"]], path

@@ -239,7 +239,8 @@ def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_ru
     failed = run_pipeline(lake)
     assert not failed.success
     message = "\n".join(m for _, m in failed.failures)
-    assert "exports/sft" in message or "exports.sft" in message
+    assert "exports.sft: nothing of this run is published" in message
+    assert "prompt is a non-empty conversation" in message and victim in message  # expectation, sample rows
     assert current_version(lake.export_dir) == reference["version"]
     verify_snapshot(lake.export_dir)
     con = duckdb.connect(str(lake.state_db), read_only=True)

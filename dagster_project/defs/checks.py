@@ -37,7 +37,7 @@ def table_check(table: str) -> dg.AssetChecksDefinition:
             record_validations(con, report)
         return dg.AssetCheckResult(
             passed=report.success, severity=dg.AssetCheckSeverity.ERROR,
-            description=None if report.success else f"nothing of this run is published.\n{report.describe()}",
+            description=None if report.success else f"{table}: nothing of this run is published.\n{report.describe()}",
             metadata=_check_metadata(report))
 
     return _check

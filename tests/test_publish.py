@@ -287,7 +287,7 @@ def change(state: Path) -> None:
     con.close()
 
 
-@pytest.mark.parametrize("stage", ["hashed", "objects_written", "warehouse_built", "manifest_written", "committed",
+@pytest.mark.parametrize("stage", ["hashed", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed",
                                    "linked"])
 def test_kill_9_at_any_stage_leaves_a_complete_current_snapshot(sample, tmp_path, stage):
     state = copy_state(sample[0], tmp_path)
@@ -457,6 +457,23 @@ def test_comments_carry_over_and_a_view_that_does_not_read_fails_verification(tm
     victim.unlink()
     with pytest.raises(PublishError):
         verify_snapshot(tmp_path / "exports")
+
+
+def test_a_view_that_does_not_read_fails_the_publish_not_the_analyst(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=2, per_month=10)
+    first = publish(state, tmp_path, "first")
+    append_month(state, 5)
+
+    def lose_a_file(stage):
+        if stage == "files_linked":
+            snapshot = next(p for p in (tmp_path / "exports" / SNAPSHOTS).iterdir()
+                            if not p.name.startswith(".") and p.name != first.version)
+            (snapshot / "training" / "sft" / "train-2026-01.parquet").unlink()
+
+    with pytest.raises(RuntimeError, match=r"view exports.sft does not read.*not publishing"):
+        publish(state, tmp_path, "second", hook=lose_a_file)
+    assert current_version(tmp_path / "exports") == first.version
+    verify_snapshot(tmp_path / "exports")
 
 
 def test_a_legacy_layout_is_migrated_once(tmp_path):

@@ -59,7 +59,7 @@ RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "in
 # and the values the privacy gate looks for in every shared dataset.
 ID_COLUMN = r"(^|_)(session|user)_id"
 FAULT_ENV = "FLYWHEEL_PUBLISH_FAULT"  # tests: "kill:<stage>" or "enospc:<stage>"
-STAGES = ("hashed", "objects_written", "warehouse_built", "manifest_written", "committed", "linked")
+STAGES = ("hashed", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
 
 Hook = Callable[[str], None]
 
@@ -239,6 +239,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
             _link(objects / f"{part.key}.parquet", target / part.name)
         views[planned.dataset.table] = ([target / p.name for p in planned.parts], planned.rows)
         fsync_dir(target)
+    hook("files_linked")
     warehouse_bytes = build_warehouse(con, snap / WAREHOUSE_FILE, views)
     hook("warehouse_built")
     excluded = _excluded(con, run_id)

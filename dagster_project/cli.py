@@ -74,7 +74,7 @@ def run(
 
 @app.command()
 def status() -> None:
-    """Per source: files, lines, loaded, quarantined, deferred, last run; published versions."""
+    """Per source: files, lines, loaded, quarantined, deferred, last run; kept snapshots."""
     _print_status(Settings.from_env())
 
 

@@ -182,6 +182,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         before = previous.get("datasets", {})
         if previous and _unchanged(plans, before):
             _record_snapshot(con, run_id, previous_version, "unchanged")
+            ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
             return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
                                  seconds=round(time.perf_counter() - started, 3))
         _refuse_empty(plans, before, previous_version, allow_empty)

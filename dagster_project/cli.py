@@ -34,7 +34,9 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
     if not settings.warehouse.exists():
         console.print(f"[red]No warehouse at {settings.warehouse}[/]: run `flywheel run` first.")
         raise typer.Exit(1)
-    con = duckdb.connect(str(settings.warehouse), read_only=True)
+    # The real file of the current snapshot: a connection still open in this process to an older
+    # one must not be reused from DuckDB's instance cache.
+    con = duckdb.connect(os.path.realpath(settings.warehouse), read_only=True)
     con.execute("set TimeZone = 'UTC'")
     return con
 
@@ -43,11 +45,16 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
 def run(
     full_refresh: Annotated[bool, typer.Option("--full-refresh", help="Forget all watermarks and rebuild from every raw file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Publish a dataset that became empty (FLYWHEEL_ALLOW_EMPTY=1).")] = False,
 ) -> None:
     """Run the whole pipeline in-process (ingest → staging → marts → exports → publish)."""
     from dagster_project.pipeline import run_pipeline
 
     settings = Settings.from_env()
+    if allow_empty:
+        from dataclasses import replace
+
+        settings = replace(settings, allow_empty=True)
     console.print(f"[bold]Flywheel Lake[/] raw={settings.raw_dir} warehouse={settings.warehouse}"
                   f"{' [yellow](full refresh)[/]' if full_refresh else ''}")
     started = time.perf_counter()
@@ -59,12 +66,15 @@ def run(
             console.print(f"[red]✗ {step}[/]\n{message}")
         raise typer.Exit(1)
     console.print(f"[green bold]Run {result.run_id} succeeded[/] in {elapsed:.1f} s")
+    from dagster_project.publishing.snapshot import describe_run
+
+    console.print(describe_run(settings, result.run_id))
     _print_status(settings, run_id=result.run_id)
 
 
 @app.command()
 def status() -> None:
-    """Per source: files, lines, loaded, quarantined, deferred, last run; published versions."""
+    """Per source: files, lines, loaded, quarantined, deferred, last run; kept snapshots."""
     _print_status(Settings.from_env())
 
 
@@ -75,8 +85,8 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         for col in ("source", "files", "lines", "loaded", "quarantined", "blank", "deferred bytes",
                     "staged rows", "last ingested"):
             table.add_column(col, justify="left" if col in ("source", "last ingested") else "right")
-        staged = dict(con.execute(
-            "select table_name, estimated_size from duckdb_tables() where schema_name = 'staging'").fetchall())
+        staged = {name: con.execute(f'select count(*) from staging."{name}"').fetchone()[0] for (name,) in con.execute(
+            "select view_name from duckdb_views() where schema_name = 'staging' and not internal").fetchall()}
         rows = con.execute(
             "select source, count(*), sum(lines_read), sum(rows_loaded), sum(rows_quarantined), "
             "sum(blank_lines), sum(deferred_bytes), max(last_ingested_at) "
@@ -123,25 +133,18 @@ def _print_excluded(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
 
 
 def _print_publications(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    try:
-        from dagster_project.publish import current_version
-    except ImportError:
+    from dagster_project.publishing import status as publishing_status
+
+    info = publishing_status(settings.export_dir)
+    if not info["snapshots"]:
         return
-    datasets = sorted(p for p in settings.export_dir.glob("*/*") if not p.name.startswith("."))
-    if not datasets:
-        return
-    table = Table(title=f"Published exports ({settings.export_dir})")
-    for col in ("dataset", "rows", "run", "created", "validation"):
+    table = Table(title=f"Snapshots ({info['export_dir']}; current = {info['current']})")
+    for col in ("version", "run", "created", "datasets", "rows", "validation", "path"):
         table.add_column(col)
-    for path in datasets:
-        manifest = current_version(path)
-        if manifest is None:
-            continue
-        m = manifest if isinstance(manifest, dict) else manifest.__dict__
-        validation = m.get("validation") or {}
-        table.add_row(f"{path.parent.name}/{path.name}", f"{m.get('rows', 0):,}", str(m.get("run_id", ""))[:8],
-                      str(m.get("created_at", ""))[:19],
-                      str(validation.get("status", validation) if isinstance(validation, dict) else validation))
+    for snap in info["snapshots"]:
+        table.add_row(snap["version"] + (" *" if snap["current"] else ""), str(snap["run_id"] or "")[:8],
+                      str(snap["created_at"] or "")[:19], str(snap["datasets"]), f"{snap['rows']:,}",
+                      str(snap["validation"] or ""), snap["path"])
     out.print(table)
     try:
         failed = con.execute(

@@ -61,6 +61,8 @@ def environment(settings: Settings) -> Iterator[None]:
         "FLYWHEEL_DPO_MAX_PAIRS": str(settings.dpo_max_pairs),
         "FLYWHEEL_EVAL_FRACTION": str(settings.eval_fraction),
         "FLYWHEEL_SESSION_RETENTION_DAYS": str(settings.session_retention_days),
+        "FLYWHEEL_KEEP_SNAPSHOTS": str(settings.keep_snapshots),
+        "FLYWHEEL_ALLOW_EMPTY": "1" if settings.allow_empty else None,
     }
     saved = {name: os.environ.get(name) for name in wanted}
     try:
@@ -100,6 +102,11 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             run_id=run_id, tags={"flywheel/launched_by": "cli"},
         )
     failures = []
+    # A failed blocking check fails its step with a bare "check failed": its report (which
+    # expectation, sample rows) is in the evaluation's description.
+    checks = {event.step_key: event.asset_check_evaluation_data.description for event in result.all_events
+              if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+              and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description}
     for event in result.all_events:
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
@@ -108,6 +115,8 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             while cause is not None:
                 message += f"\n  caused by: {cause.message.strip()}"
                 cause = cause.cause
+            if event.step_key in checks:
+                message += "\n" + checks[event.step_key]
             failures.append((event.step_key or "?", message.strip()))
     if not result.success:
         mark_failed(settings, run_id, "; ".join(f"{step}: {msg.splitlines()[0]}" for step, msg in failures))
@@ -115,7 +124,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
 
 
 def mark_failed(settings: Settings, run_id: str, error: str) -> None:
-    """Record a failed run in ``ingest.runs`` (the published warehouse keeps its last version)."""
+    """Record a failed run in ``ingest.runs`` (the current snapshot stays current)."""
     if not settings.state_db.exists():
         return
     from dagster_project.ingest import ensure_schema

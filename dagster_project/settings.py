@@ -24,7 +24,7 @@ def parse_duration(text: str) -> float:
 @dataclass(frozen=True)
 class Settings:
     raw_dir: Path
-    warehouse: Path  # the published analyst warehouse (replaced atomically)
+    warehouse: Path  # the analyst warehouse: a symlink to <export_dir>/current/warehouse.duckdb
     export_dir: Path
     sources_file: Path | None
     seal_after_seconds: float = 24 * 3600
@@ -34,6 +34,8 @@ class Settings:
     as_of: date | None = None  # the run date for decay and retention; None: today (UTC)
     eval_fraction: float = 0.05
     session_retention_days: int = 180
+    keep_snapshots: int = 5  # published snapshots kept readable (time travel)
+    allow_empty: bool = False  # publish an empty dataset over a non-empty one
 
     @property
     def run_date(self) -> date:
@@ -73,4 +75,6 @@ class Settings:
             as_of=date.fromisoformat(env["FLYWHEEL_AS_OF"]) if env.get("FLYWHEEL_AS_OF") else None,
             eval_fraction=float(env.get("FLYWHEEL_EVAL_FRACTION", 0.05)),
             session_retention_days=int(env.get("FLYWHEEL_SESSION_RETENTION_DAYS", 180)),
+            keep_snapshots=int(env.get("FLYWHEEL_KEEP_SNAPSHOTS", 5)),
+            allow_empty=env.get("FLYWHEEL_ALLOW_EMPTY", "") in ("1", "true", "yes"),
         )

@@ -1,10 +1,11 @@
 """The writer's side of the warehouse: one lock, one state database, run bookkeeping.
 
 DuckDB allows one writing process, and any connection from another process (even read-only)
-blocks it. So the pipeline never writes the analyst warehouse in place: it works in a private
-state database (``<warehouse dir>/.flywheel/state.duckdb``) under an exclusive file lock, and
-publishes a copy of it (``publish.publish_warehouse``: new file, checkpoint, close,
-``os.replace``). Analysts can keep the published file open; the next connection sees new data.
+blocks it. So the pipeline never writes what analysts open: it works in a private state
+database (``<warehouse dir>/.flywheel/state.duckdb``) under an exclusive file lock, and
+publishes it as a snapshot of Parquet files plus a small views-only warehouse file
+(``publishing.publish_snapshot``). Analysts can keep the warehouse open; the next connection
+sees the new snapshot.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import duckdb
 
 from dagster_project.metadata import preview
 from dagster_project.resources import FlywheelResource
+from dagster_project.validation import apply_drops
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -48,13 +49,18 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
     def _build(context: dg.AssetExecutionContext, flywheel: FlywheelResource):
         with flywheel.state() as con:
             counts = spec.build(con, flywheel, context)
+            # drop expectations: rows that cannot be used leave the table before its check and
+            # the snapshot read it; each is named in ingest.excluded (never silently lost)
+            drops = {table: apply_drops(con, table, run_id=context.run_id) for table in spec.tables}
             extra = spec.headline(con) if spec.headline else {}
             for table in spec.tables:
                 schema, name = table.split(".")
                 yield dg.MaterializeResult(
                     asset_key=spec.key(table),
                     metadata={
-                        "dagster/row_count": int(counts.get(table, 0)),
+                        "dagster/row_count": int(counts.get(table, 0)) - drops[table].total,
+                        "excluded_rows": drops[table].total,
+                        "excluded": dg.MetadataValue.json(drops[table].metadata()),
                         "preview": preview(con, f'"{schema}"."{name}"'),
                         **extra.get(table, {}),
                     },

@@ -1,4 +1,4 @@
-"""Validation gates and atomic publishing, end to end on a copy of the sample lake."""
+"""One snapshot per run: atomic, content-addressed, private. Real DuckDB, real files, real processes."""
 
 from __future__ import annotations
 
@@ -10,75 +10,282 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from conftest import PROJECT
+from dagster_project.ingest import ensure_schema
 from dagster_project.pipeline import run_pipeline
-from dagster_project.publish import current_version, list_versions, publish_dataset
+from dagster_project.publishing import (CURRENT, SNAPSHOTS, PublishError, current_version, list_snapshots,
+                                        publish_snapshot, read_manifest, status, verify_snapshot)
+from dagster_project.publishing.snapshot import FAULT_ENV, ID_COLUMN, RUN_LOG
+from transforms.pseudonyms import session_pseudonym
+
+KEY = "test-key"
 
 
-@pytest.fixture
-def lake(settings, tmp_path):
-    raw = tmp_path / "lake"
-    shutil.copytree(PROJECT / "data" / "raw", raw)
-    return replace(settings, raw_dir=raw, pseudonym_key="test-key")
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+def publish(state: Path, root: Path, run_id: str, **kw):
+    con = duckdb.connect(str(state))
+    con.execute("set TimeZone = 'UTC'")
+    try:
+        return publish_snapshot(con, export_dir=root / "exports", warehouse=root / "warehouse.duckdb", run_id=run_id,
+                                pseudonym_key=KEY.encode(), **kw)
+    finally:
+        con.close()
 
 
-def manifests(settings) -> dict[str, dict]:
-    return {f"{p.parent.name}/{p.name}": current_version(p)
-            for p in sorted(settings.export_dir.glob("*/*")) if not p.name.startswith(".")}
+def data_hashes(manifest: dict) -> dict[str, str]:
+    """Content hash of every dataset except the run log (which records the run itself)."""
+    return {p: d["content_hash"] for p, d in manifest["datasets"].items() if d["table"] not in RUN_LOG}
 
 
-def test_full_run_publishes_every_dataset_and_hf_datasets_reads_them(lake, tmp_path, monkeypatch):
-    result = run_pipeline(lake)
+def toy_state(path: Path, months: int = 12, per_month: int = 100) -> Path:
+    """A state database shaped like the real one: ingest.*, staging.interactions, exports.sft, a mart."""
+    con = duckdb.connect(str(path))
+    con.execute("set TimeZone = 'UTC'")
+    ensure_schema(con)
+    con.execute("create schema if not exists staging; create schema if not exists exports; "
+                "create schema if not exists marts")
+    con.execute(f"""create table staging.interactions as
+        select format('i{{:06d}}', i) as id, 'sess-raw-' || (i % 7) as session_id,
+               timestamptz '2025-01-15 12:00:00+00' + to_months((i % {months})::int) as "timestamp"
+        from range({months * per_month}) t(i)""")
+    con.execute("""create table exports.sft as
+        select [{'role': 'user', 'content': 'question ' || id}]::struct(role varchar, content varchar)[] as prompt,
+               [{'role': 'assistant', 'content': 'answer ' || id || repeat(' lorem ipsum', 20)}]
+                   ::struct(role varchar, content varchar)[] as completion,
+               case when hash(id) % 20 = 0 then 'eval' else 'train' end as split, id as interaction_id,
+               "timestamp" as interaction_timestamp
+        from staging.interactions""")
+    con.execute("create table marts.sessions as select session_id, count(*) as n from staging.interactions "
+                "group by 1")
+    con.close()
+    return path
+
+
+def append_month(path: Path, rows: int, start: int = 10_000_000) -> None:
+    con = duckdb.connect(str(path))
+    con.execute("set TimeZone = 'UTC'")
+    con.execute(f"""insert into exports.sft
+        select [{{'role': 'user', 'content': 'new ' || i}}]::struct(role varchar, content varchar)[],
+               [{{'role': 'assistant', 'content': 'new answer ' || i}}]::struct(role varchar, content varchar)[],
+               'train', format('n{{:09d}}', i), timestamptz '2026-01-20 00:00:00+00'
+        from range({start}, {start + rows}) t(i)""")
+    con.close()
+
+
+def shared_files(root: Path, version: str) -> dict[str, os.stat_result]:
+    snap = root / "exports" / SNAPSHOTS / version
+    return {str(p.relative_to(snap)): p.stat() for p in snap.glob("*/*/*.parquet")
+            if not p.relative_to(snap).parts[0] == "internal"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole pipeline on the sample lake
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """One real run on a copy of the sample lake; tests copy its state database."""
+    from dagster_project.settings import Settings
+
+    root = tmp_path_factory.mktemp("sample")
+    shutil.copytree(PROJECT / "data" / "raw", root / "raw")
+    settings = replace(Settings.from_env({"FLYWHEEL_RAW_DIR": str(root / "raw"),
+                                          "FLYWHEEL_WAREHOUSE": str(root / "warehouse.duckdb"),
+                                          "FLYWHEEL_EXPORT_DIR": str(root / "exports")}), pseudonym_key=KEY)
+    result = run_pipeline(settings)
     assert result.success, result.failures
-    published = manifests(lake)
-    assert {"training/sft", "training/kto", "training/dpo", "training/weighted",
-            "analytics/interaction_labels", "analytics/session_satisfaction", "analytics/outcome_rates"} <= set(published)
-    for name, manifest in published.items():
-        assert manifest["run_id"] == result.run_id and manifest["validation"]["status"] == "passed", name
-        files = [p.name for p in (lake.export_dir / name).iterdir()]
-        assert sorted(files) == ["manifest.json", "part-00000.parquet"]
+    return settings, result
 
+
+def copy_state(sample_settings, tmp_path: Path) -> Path:
+    state = tmp_path / "state.duckdb"
+    shutil.copyfile(sample_settings.state_db, state)
+    return state
+
+
+def test_a_run_publishes_one_complete_snapshot_with_the_fixed_paths(sample, tmp_path, monkeypatch):
+    settings, result = sample
+    export = settings.export_dir
+    manifest = verify_snapshot(export)  # every file matches its hash, every warehouse view reads
+    assert manifest["run_id"] == result.run_id and manifest["validation"]["status"] == "passed"
+    assert (export / CURRENT).is_symlink() and os.readlink(export / CURRENT) == f"{SNAPSHOTS}/{manifest['version']}"
+    assert os.readlink(export / "training") == "current/training" and os.readlink(export / "analytics") == "current/analytics"
+    assert os.path.realpath(settings.warehouse) == str((export / SNAPSHOTS / manifest["version"] / "warehouse.duckdb"))
+    shared = {p for p, d in manifest["datasets"].items() if d["kind"] != "internal"}
+    assert {f"training/{n}" for n in ("sft", "kto", "dpo", "weighted")} <= shared
+    marts = {r[0] for r in duckdb.connect(str(settings.state_db), read_only=True).execute(
+        "select table_name from duckdb_tables() where schema_name = 'marts'").fetchall()}
+    assert {f"analytics/{m}" for m in marts} <= shared
+    sft = manifest["datasets"]["training/sft"]
+    assert sft["excluded_rows"] == 0 and sft["validation"]["status"] == "passed"
+    assert sorted(p.name for p in (export / "training" / "sft").iterdir()) == sorted(f["name"] for f in sft["files"])
+    assert {f["name"].split("-")[0] for f in sft["files"]} == {"train", "test"}
+
+    # the warehouse: views over this snapshot for ingest, staging, marts, exports; raw stays private
+    con = duckdb.connect(str(settings.warehouse), read_only=True)
+    schemas = {r[0] for r in con.execute("select distinct schema_name from duckdb_views() where not internal").fetchall()}
+    assert schemas == {"ingest", "staging", "marts", "exports"}
+    assert con.execute("select count(*) from exports.sft").fetchone()[0] == sft["rows"]
+    assert con.execute("select snapshot_status from ingest.runs where run_id = ?", [result.run_id]).fetchone() == (
+        "published",)
+    con.close()
+
+    # Hugging Face: the directory alone yields train and test (our eval split)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     datasets = pytest.importorskip("datasets")
-    sft = datasets.load_dataset("parquet", data_files=str(lake.export_dir / "training/sft/*.parquet"), split="train")
-    assert sft.num_rows == published["training/sft"]["rows"]
+    loaded = datasets.load_dataset(str(export / "training" / "sft"))
+    assert set(loaded) == {"train", "test"}
+    assert loaded["train"].num_rows + loaded["test"].num_rows == sft["rows"]
+    assert set(loaded["test"]["split"]) == {"eval"} and set(loaded["train"]["split"]) == {"train"}
     conversation = datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")})
-    assert sft.features["prompt"] == conversation and sft.features["completion"] == conversation
-    dpo = datasets.load_dataset("parquet", data_files=str(lake.export_dir / "training/dpo/*.parquet"), split="train")
-    assert dpo.features["chosen"] == conversation and dpo.num_rows > 0
-    # text is published byte for byte as ingested
-    row = sft[0]
-    con = duckdb.connect(str(lake.warehouse), read_only=True)
-    (input_text,) = con.execute("select input_text from staging.interactions where id = ?",
-                                [row["interaction_id"]]).fetchall()[0]
-    assert row["prompt"][-1] == {"role": "user", "content": input_text}
-    validations = con.execute("select count(*), count_if(not success and blocking) from ingest.validations "
-                              "where run_id = ?", [result.run_id]).fetchall()[0]
-    assert validations[0] > 40 and validations[1] == 0
+    assert loaded["train"].features["prompt"] == conversation
+    kto = datasets.load_dataset(str(export / "training" / "kto"))
+    assert kto["train"].features["label"] == datasets.Value("bool")
+
+
+def test_no_published_dataset_holds_a_raw_session_or_user_id(sample):
+    settings, _ = sample
+    con = duckdb.connect()
+    con.execute(f"attach {str(settings.state_db)!r} as state (read_only)")
+    id_columns = con.execute("select table_name, column_name from duckdb_columns() where database_name = 'state' "
+                             "and schema_name = 'staging' and data_type = 'VARCHAR' and regexp_matches(column_name, ?)",
+                             [ID_COLUMN]).fetchall()
+    assert ("scry_queries", "session_id") in id_columns and ("session_ratings", "user_id_or_null") in id_columns
+    ids = {r[0] for t, c in id_columns for r in con.execute(f'select "{c}" from state.staging."{t}"').fetchall() if r[0]}
+    assert len(ids) > 50
+    manifest = read_manifest(settings.export_dir)
+    checked = 0
+    for path, entry in manifest["datasets"].items():
+        if entry["kind"] == "internal":
+            continue
+        files = [str(settings.export_dir / path / f["name"]) for f in entry["files"]]
+        for column in (c["name"] for c in entry["columns"] if c["type"] == "VARCHAR"):
+            values = {r[0] for r in con.execute(f'select distinct "{column}" from read_parquet(?)', [files]).fetchall()}
+            assert not values & ids, f"{path}.{column}"
+            checked += 1
+    assert checked > 40
+    # the retrieval marts carry the same keyed pseudonym as the training sets, under a new name
+    raw = con.execute("select session_id, query_id from state.marts.retrieval_query_metrics "
+                      "where session_id is not null order by query_id limit 1").fetchone()
+    published = con.execute("select session_pseudonym from read_parquet(?) where query_id = ?", [
+        str(settings.export_dir / "analytics" / "retrieval_query_metrics" / "*.parquet"), raw[1]]).fetchone()
+    assert published == (session_pseudonym(KEY.encode(), raw[0]),)
+    for mart in ("retrieval_judgements", "scry_usage", "signal_opinions"):
+        columns = {c["name"] for c in manifest["datasets"][f"analytics/{mart}"]["columns"]}
+        assert "session_pseudonym" in columns and "session_id" not in columns, mart
+
+
+def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots(sample, monkeypatch):
+    from typer.testing import CliRunner
+
+    from dagster_project.cli import app
+
+    settings, first = sample
+    for name, value in {"FLYWHEEL_RAW_DIR": settings.raw_dir, "FLYWHEEL_WAREHOUSE": settings.warehouse,
+                        "FLYWHEEL_EXPORT_DIR": settings.export_dir, "FLYWHEEL_PSEUDONYM_KEY": KEY}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    before = current_version(settings.export_dir)
+    result = CliRunner().invoke(app, ["run", "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"Nothing changed since snapshot {before}: nothing published." in " ".join(result.output.split())
+    assert current_version(settings.export_dir) == before
+    assert [s["version"] for s in list_snapshots(settings.export_dir)] == [before]
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    again = con.execute("select run_id from ingest.runs where run_id <> ? order by started_at desc limit 1",
+                        [first.run_id]).fetchone()[0]
+    assert con.execute("select snapshot, snapshot_status from ingest.runs where run_id = ?",
+                       [again]).fetchone() == (before, "unchanged")
+    con.close()
+    status_output = CliRunner().invoke(app, ["status"], catch_exceptions=False).output
+    assert "Snapshots" in status_output and before in status_output
+
+
+@pytest.mark.slow
+def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_run_is_the_reference(tmp_path):
+    from dagster_project.settings import Settings
+
+    shutil.copytree(PROJECT / "data" / "raw", tmp_path / "raw")
+    lake = replace(Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
+                                      "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+                                      "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports")}), pseudonym_key=KEY)
+    assert run_pipeline(lake).success
+    reference = read_manifest(lake.export_dir)
+    new_line = (tmp_path / "raw" / "interactions").glob("interactions_*.jsonl").__next__().read_text().splitlines()[0]
+    record = json.loads(new_line)
+    record["id"] = "00000000-0000-4000-8000-00000000feed"
+    (tmp_path / "raw" / "interactions" / "interactions_2026-04-01_feed0000.jsonl").write_text(json.dumps(record) + "\n")
+
+    bad = run_pipeline(replace(lake, eval_fraction=2.0))
+    assert not bad.success
+    assert current_version(lake.export_dir) == reference["version"]
+    verify_snapshot(lake.export_dir)
+
+    # one bad row is dropped (next test); a systemic failure (> 5% of sft's rows) fails the run and
+    # no dataset of the run is published
+    con = duckdb.connect(str(lake.state_db))
+    victims = [r[0] for r in con.execute("select interaction_id from exports.sft order by 1 "
+                                         "limit (select count(*) // 10 + 2 from exports.sft)").fetchall()]
+    con.execute("update raw.interactions set input_text = '' where id in (select unnest(?::varchar[]))", [victims])
+    con.close()
+    failed = run_pipeline(lake)
+    assert not failed.success
+    message = "\n".join(m for _, m in failed.failures)
+    assert "exports.sft: nothing of this run is published" in message and "systemic" in message
+    assert "prompt is a non-empty conversation" in message and victims[0] in message  # expectation, sample rows
+    assert current_version(lake.export_dir) == reference["version"]
+    verify_snapshot(lake.export_dir)
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    assert con.execute("select status, snapshot_status from ingest.runs where run_id = ?",
+                       [failed.run_id]).fetchone()[0] == "failed"
+    assert con.execute("select count(*) from ingest.validations where run_id = ? and not success and blocking "
+                       "and table_name = 'exports.sft'", [failed.run_id]).fetchone()[0] >= 1
     con.close()
 
+    # rebuilt from the raw files: the next run publishes what a fresh lake publishes
+    shutil.rmtree(lake.state_dir)
+    fixed = run_pipeline(lake)
+    assert fixed.success, fixed.failures
+    after = verify_snapshot(lake.export_dir)
+    assert after["run_id"] == fixed.run_id
+    fresh = replace(lake, warehouse=tmp_path / "fresh" / "warehouse.duckdb", export_dir=tmp_path / "fresh" / "exports")
+    assert run_pipeline(fresh).success
+    shared = lambda m: {p: h for p, h in data_hashes(m).items() if not p.startswith("internal/")}  # noqa: E731
+    assert shared(after) == shared(read_manifest(fresh.export_dir))
+    assert after["datasets"]["training/sft"]["rows"] >= reference["datasets"]["training/sft"]["rows"]
 
-def test_one_bad_training_row_is_dropped_and_named_in_the_ledger(lake):
+
+@pytest.mark.slow
+def test_one_bad_training_row_is_dropped_named_in_the_ledger_and_counted_in_the_manifest(tmp_path):
+    from dagster_project.settings import Settings
+
+    shutil.copytree(PROJECT / "data" / "raw", tmp_path / "raw")
+    lake = replace(Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
+                                      "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+                                      "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports")}), pseudonym_key=KEY)
     first = run_pipeline(lake)
     assert first.success, first.failures
-    before = manifests(lake)
-    # Damage what the SFT set is built from: an accepted, positive interaction with an empty prompt.
+    before = read_manifest(lake.export_dir)["datasets"]["training/sft"]
+    # an accepted, positive interaction whose prompt became empty: it cannot train
     con = duckdb.connect(str(lake.state_db))
-    (victim,) = con.execute("select interaction_id from exports.sft limit 1").fetchall()[0]
+    (victim,) = con.execute("select interaction_id from exports.sft order by 1 limit 1").fetchone()
     con.execute("update raw.interactions set input_text = '' where id = ?", [victim])
     con.close()
 
     second = run_pipeline(lake)
     assert second.success, second.failures
-    after = manifests(lake)
-    assert after["training/sft"]["run_id"] == second.run_id
-    assert after["training/sft"]["rows"] == before["training/sft"]["rows"] - 1
+    sft = verify_snapshot(lake.export_dir)["datasets"]["training/sft"]
+    assert sft["rows"] == before["rows"] - 1 and sft["excluded_rows"] == 1
     con = duckdb.connect(str(lake.warehouse), read_only=True)
     assert con.execute("select count(*) from exports.sft where interaction_id = ?", [victim]).fetchone() == (0,)
     ledger = con.execute("select row_key, expectation, detail, path, line_number from ingest.excluded "
@@ -86,469 +293,274 @@ def test_one_bad_training_row_is_dropped_and_named_in_the_ledger(lake):
     assert [(k, e) for k, e, *_ in ledger] == [(victim, "prompt is a non-empty conversation")]
     _, _, detail, path, line = ledger[0]
     assert detail == 'prompt_last = ""' and path.startswith("interactions/") and line >= 1
-    (n,) = con.execute("select unexpected_count from ingest.validations where run_id = ? and "
-                       "table_name = 'exports.sft' and expectation = 'prompt is a non-empty conversation'",
-                       [second.run_id]).fetchone()
-    assert n == 0  # after the drop the table meets the expectation
     con.close()
 
 
-def test_a_systemic_drop_fails_the_run_and_keeps_the_previous_version(lake):
-    first = run_pipeline(lake)
-    assert first.success, first.failures
-    before = manifests(lake)
-    con = duckdb.connect(str(lake.state_db))
-    victims = [r[0] for r in con.execute("select interaction_id from exports.sft order by interaction_id "
-                                         "limit (select count(*) // 10 + 2 from exports.sft)").fetchall()]
-    con.execute("update raw.interactions set output_text = ' ' where id in (select unnest(?::varchar[]))",
-                [victims])
-    con.close()
+# ---------------------------------------------------------------------------------------------
+# faults: kill -9 and ENOSPC at every stage of a publish
+# ---------------------------------------------------------------------------------------------
 
-    second = run_pipeline(lake)
-    assert not second.success
-    message = "\n".join(m for _, m in second.failures)
-    assert "exports.sft" in message and "completion is a non-empty conversation" in message
-    assert "systemic" in message and victims[0] in message  # sample offending rows are shown
-    after = manifests(lake)
-    assert after["training/sft"] == before["training/sft"]  # previous version still current
-    assert after["training/weighted"]["run_id"] == second.run_id  # unaffected datasets still published
-    con = duckdb.connect(str(lake.state_db), read_only=True)
-    assert con.execute("select count(*) from ingest.excluded where run_id = ? and table_name = 'exports.sft'",
-                       [second.run_id]).fetchone() == (0,)  # nothing dropped: the whole set is suspect
-    assert con.execute("select status from ingest.runs where run_id = ?", [second.run_id]).fetchall() == [("failed",)]
-    con.close()
-
-
-def test_bad_staging_blocks_everything_downstream(lake):
-    assert run_pipeline(lake).success
-    published = lake.warehouse.stat().st_mtime_ns
-    con = duckdb.connect(str(lake.state_db))
-    con.execute("update raw.signals set strength = 1.5 where id = (select min(id) from raw.signals)")
-    con.close()
-    result = run_pipeline(lake)
-    assert not result.success
-    assert any("great_expectations" in step for step, _ in result.failures)
-    assert lake.warehouse.stat().st_mtime_ns == published  # the analyst warehouse was not replaced
-
-
-def test_an_analyst_holding_the_warehouse_open_never_blocks_a_run(lake, tmp_path):
-    assert run_pipeline(lake).success
-    ready = tmp_path / "ready"
-    reader = subprocess.Popen([sys.executable, "-c", f"""
-import duckdb, time, pathlib
-con = duckdb.connect({str(lake.warehouse)!r}, read_only=True)
-n = con.execute("select count(*) from ingest.runs").fetchall()[0][0]
-pathlib.Path({str(ready)!r}).write_text(str(n))
-time.sleep(20)
-print(con.execute("select count(*) from ingest.runs").fetchall()[0][0])
-"""], stdout=subprocess.PIPE, text=True)
-    try:
-        while not ready.exists():
-            time.sleep(0.05)
-        second = run_pipeline(lake)
-        assert second.success, second.failures
-        con = duckdb.connect(str(lake.warehouse), read_only=True)
-        assert con.execute("select count(*) from ingest.runs where run_id = ?", [second.run_id]).fetchall() == [(1,)]
-        con.close()
-    finally:
-        reader.send_signal(signal.SIGTERM)
-        reader.wait(timeout=30)
-
-
-def test_sigkill_mid_publish_leaves_the_last_version_and_rerun_hashes_match(lake, tmp_path):
-    assert run_pipeline(lake).success
-    before = manifests(lake)
-    env = {**os.environ, "FLYWHEEL_RAW_DIR": str(lake.raw_dir), "FLYWHEEL_WAREHOUSE": str(lake.warehouse),
-           "FLYWHEEL_EXPORT_DIR": str(lake.export_dir), "FLYWHEEL_PSEUDONYM_KEY": "test-key"}
-    env.pop("DAGSTER_HOME", None)
-    for delay in (2.5, 4.0, 5.5):
-        proc = subprocess.Popen([sys.executable, "-m", "dagster_project.cli", "run", "--full-refresh", "--quiet"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        # whatever the moment, every dataset has a complete current version and the warehouse opens
-        for name, manifest in manifests(lake).items():
-            assert manifest is not None, name
-            assert (lake.export_dir / name / "part-00000.parquet").exists()
-        duckdb.connect(str(lake.warehouse), read_only=True).close()
-    again = run_pipeline(lake)
-    assert again.success, again.failures
-    after = manifests(lake)
-    assert {k: v["content_hash"] for k, v in after.items()} == {k: v["content_hash"] for k, v in before.items()}
-
-
-def test_publish_keeps_old_versions_until_retention(settings):
-    con = duckdb.connect()
-    con.execute("create table t as select range as x from range(10)")
-    dest = settings.export_dir / "training" / "toy"
-    hashes = [publish_dataset(con, "t", dest, run_id=f"run-{i:04d}", keep_versions=3)["content_hash"]
-              for i in range(5)]
-    assert len(set(hashes)) == 1
-    assert len(list_versions(dest)) == 3
-    assert current_version(dest)["run_id"] == "run-0004"
-    assert dest.is_symlink() and dest.resolve().parent.name == "toy"
-
-
-# =============================================================================================
-# publish_dataset / publish_warehouse on their own: real files, real DuckDB, real subprocesses.
-# =============================================================================================
-
-import hashlib
-import random
-from datetime import date, datetime, timezone
-from pathlib import Path
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.dataset as pads
-import pyarrow.parquet as pq
-
-from dagster_project.publish import (MANIFEST, PublishError, cleanup_warehouse_temps, prune, publish_warehouse,
-                                     versions_dir)
-from dagster_project.validation import validate_table
-from staging_fixtures import Lake
-from transforms.labels import build_labels
-from transforms.training import build_training_sets
-
-STAGES = ["parquet_written", "manifest_written", "version_complete", "link_created", "swapped"]
-NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
-
-
-def export_lake() -> Lake:
-    """exports.* built by the real transforms, with text that must survive byte for byte."""
-    lake = Lake()
-    lake.interaction(1, input_text="  Wie liest man eine Datei?\r\n", output_text="Mit open() — «so».\t",
-                     context="Du bist ein Assistent.", user_feedback="positive")
-    lake.interaction(2, input_text="question 2", output_text="answer 2", user_feedback="positive")
-    lake.interaction(3, input_text="question 2", output_text="a worse answer", user_feedback="negative")
-    for i in range(4, 40):
-        lake.interaction(i, input_text=f"question {i} 😀", output_text=f"answer {i}",
-                         user_feedback="positive" if i % 4 else "negative")
-    lake.weighted_queue("question 5 😀", "never say this", 10.0, "critical")
-    lake.weighted_rating("question 7 😀", "fine", "good", 1.0)
-    lake.stage()
-    build_labels(lake.con)
-    build_training_sets(lake.con, pseudonym_key=b"k", as_of=date(2026, 3, 1))
-    return lake
-
-
-def toy_db(path: Path, rows: int = 500, seed: int = 0) -> Path:
-    """A file database with an ``exports.sft``-shaped table, rows inserted in a shuffled order."""
-    con = duckdb.connect(str(path))
-    con.execute("create schema if not exists exports")
-    con.execute(f"""create or replace table exports.sft as
-        select [{{'role': 'user', 'content': 'q' || i}}]::struct(role varchar, content varchar)[] as prompt,
-               [{{'role': 'assistant', 'content': 'a' || i || repeat(' x', (i % 7)::int)}}]
-                   ::struct(role varchar, content varchar)[] as completion,
-               1.0::double as sample_weight, case when i % 20 = 0 then 'eval' else 'train' end as split,
-               format('{{:06d}}', i) as interaction_id
-        from range({rows}) t(i) order by hash(i + {seed})""")
-    con.close()
-    return path
-
-
-def read_current(dest: Path) -> tuple[dict, int]:
-    """What a reader sees: the manifest and the rows of every *.parquet directly in the dataset dir."""
-    manifest = json.loads((dest / MANIFEST).read_text())
-    files = sorted(p.name for p in dest.glob("*.parquet"))
-    assert files == [f["name"] for f in manifest["files"]]
-    return manifest, pads.dataset(sorted(str(p) for p in dest.glob("*.parquet")), format="parquet").count_rows()
-
-
-def run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def test_published_export_loads_unchanged_with_pyarrow_pandas_and_hf_datasets(tmp_path, monkeypatch):
-    lake = export_lake()
-    dest = tmp_path / "exports" / "training" / "sft"
-    report = validate_table(lake.con, "exports.sft", run_id="run-1", now=NOW)
-    assert report.success, report.describe()
-    manifest = publish_dataset(lake.con, "exports.sft", dest, run_id="run-1", watermarks={"interactions": 1},
-                               validation=report.summary())
-    # layout: a symlink to .versions/sft/<time>-<run>, holding exactly the parquet files and the manifest
-    assert dest.is_symlink() and dest.resolve().parent == versions_dir(dest)
-    assert dest.resolve().name.endswith("-run-1") and manifest["version"] == dest.resolve().name
-    assert sorted(p.name for p in dest.iterdir()) == ["manifest.json", "part-00000.parquet"]
-    on_disk = json.loads((dest / MANIFEST).read_text())
-    assert on_disk == json.loads(json.dumps(manifest, default=str))
-    assert on_disk["rows"] == lake.con.execute("select count(*) from exports.sft").fetchone()[0] > 0
-    assert [c["name"] for c in on_disk["columns"]][:5] == ["prompt", "completion", "sample_weight", "split",
-                                                           "interaction_id"]
-    assert on_disk["validation"]["status"] == "passed" and on_disk["source_watermarks"] == {"interactions": 1}
-    assert on_disk["files"][0]["sha256"] == hashlib.sha256((dest / "part-00000.parquet").read_bytes()).hexdigest()
-    meta = pq.ParquetFile(dest / "part-00000.parquet").metadata
-    assert meta.row_group(0).column(0).compression == "ZSTD"
-
-    expected = lake.con.execute("select prompt, completion, interaction_id from exports.sft "
-                                "order by interaction_id").fetchall()
-    table = pads.dataset(sorted(str(p) for p in dest.glob("*.parquet")), format="parquet").to_table()  # SPEC: glob
-    directory = pads.dataset(str(dest), format="parquet", exclude_invalid_files=True).to_table()  # or the dir
-    assert directory.equals(table)
-    assert table.schema.field("prompt").type == pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-    got = [(r["prompt"], r["completion"], r["interaction_id"]) for r in table.to_pylist()]
-    assert got == [([dict(m) for m in p], [dict(m) for m in c], i) for p, c, i in expected]  # byte for byte
-    frame = pd.read_parquet(dest / "part-00000.parquet")
-    assert list(frame["interaction_id"]) == [i for _, _, i in expected]
-    first = next(p for p, _, i in got if i == "00000000-0000-4000-8000-000000000001")
-    assert first == [{"role": "system", "content": "Du bist ein Assistent."},
-                     {"role": "user", "content": "  Wie liest man eine Datei?\r\n"}]
-
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    datasets = pytest.importorskip("datasets")
-    for name in ("kto", "dpo"):
-        publish_dataset(lake.con, f"exports.{name}", dest.parent / name, run_id="run-1",
-                        validation=validate_table(lake.con, f"exports.{name}", run_id="run-1", now=NOW).summary())
-    conversation = datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")})
-    sft = datasets.load_dataset("parquet", data_files=str(dest / "*.parquet"), split="train")
-    assert sft.num_rows == manifest["rows"] and sft.features["prompt"] == conversation
-    assert [r["interaction_id"] for r in sft] == [i for _, _, i in expected]
-    kto = datasets.load_dataset("parquet", data_files=str(dest.parent / "kto" / "*.parquet"), split="train")
-    assert kto.features["label"] == datasets.Value("bool") and kto.features["completion"] == conversation
-    dpo = datasets.load_dataset("parquet", data_files=str(dest.parent / "dpo" / "*.parquet"), split="train")
-    assert dpo.num_rows >= 1 and dpo.features["chosen"] == conversation == dpo.features["rejected"]
-
-
-def test_content_hash_is_reproducible_independent_of_insertion_order_and_file_split(tmp_path):
-    hashes, file_hashes = [], []
-    for seed in (1, 2):
-        con = duckdb.connect(str(toy_db(tmp_path / f"db{seed}.duckdb", seed=seed)), read_only=True)
-        m = publish_dataset(con, "exports.sft", tmp_path / f"out{seed}" / "sft", run_id=f"run-{seed}")
-        hashes.append(m["content_hash"])
-        file_hashes.append(m["files"][0]["sha256"])
-        assert m["order_by"][0] == "interaction_id"
-        split = publish_dataset(con, "exports.sft", tmp_path / f"split{seed}" / "sft", run_id="s", rows_per_file=120)
-        assert [f["name"] for f in split["files"]] == [f"part-{i:05d}.parquet" for i in range(5)]
-        assert [f["rows"] for f in split["files"]] == [120, 120, 120, 120, 20]
-        assert split["content_hash"] == m["content_hash"]  # the hash is of the rows, not of the files
-        ids = pads.dataset(sorted(str(p) for p in (tmp_path / f"split{seed}" / "sft").glob("*.parquet"))
-                           ).to_table(columns=["interaction_id"]).column(0).to_pylist()
-        assert ids == sorted(ids) and len(ids) == 500  # one total order across files
-        con.close()
-    assert hashes[0] == hashes[1] and file_hashes[0] == file_hashes[1]  # parquet bytes deterministic too
-    con = duckdb.connect(str(tmp_path / "db1.duckdb"))
-    con.execute("update exports.sft set sample_weight = 2 where interaction_id = '000007'")
-    assert publish_dataset(con, "exports.sft", tmp_path / "out1" / "sft", run_id="changed")["content_hash"] != hashes[0]
-
-
-def test_failed_validation_is_not_published_and_the_previous_version_stays_current(tmp_path):
-    lake = export_lake()
-    dest = tmp_path / "training" / "sft"
-    first = publish_dataset(lake.con, "exports.sft", dest, run_id="good-run",
-                            validation=validate_table(lake.con, "exports.sft", run_id="good-run", now=NOW))
-    victim = lake.con.execute("select min(interaction_id) from exports.sft").fetchone()[0]
-    lake.con.execute("update exports.sft set prompt = [{'role': 'user', 'content': ''}] where interaction_id = ?",
-                     [victim])
-    lake.con.execute("insert into exports.sft select * from exports.sft limit 1")
-    report = validate_table(lake.con, "exports.sft", run_id="bad-run", now=NOW)
-    assert not report.success
-    # the caller's gate (what the Dagster asset does) ...
-    if report.success:
-        publish_dataset(lake.con, "exports.sft", dest, run_id="bad-run", validation=report)
-    # ... and publish_dataset's own refusal
-    with pytest.raises(PublishError, match="failed validation"):
-        publish_dataset(lake.con, "exports.sft", dest, run_id="bad-run", validation=report)
-    with pytest.raises(PublishError, match="failed validation"):
-        publish_dataset(lake.con, "exports.sft", dest, run_id="bad-run", validation=report.summary())
-    assert current_version(dest)["run_id"] == "good-run" == first["run_id"]
-    manifest, rows = read_current(dest)
-    assert rows == first["rows"] and len(list_versions(dest)) == 1
-    assert not list(versions_dir(dest).glob(".incomplete-*"))
-
-
-def test_retention_keeps_n_versions_never_the_current_and_old_open_files_keep_working(tmp_path):
-    con = duckdb.connect(str(toy_db(tmp_path / "db.duckdb", rows=50)), read_only=True)
-    dest = tmp_path / "training" / "sft"
-    publish_dataset(con, "exports.sft", dest, run_id="run-0000", keep_versions=2)
-    held = open(dest / "part-00000.parquet", "rb")  # a reader with the first version's file open
-    old_dir = dest.resolve()
-    for i in range(1, 6):
-        publish_dataset(con, "exports.sft", dest, run_id=f"run-{i:04d}", keep_versions=2)
-    versions = list_versions(dest)
-    assert [v["run_id"] for v in versions] == ["run-0005", "run-0004"]
-    assert [v["current"] for v in versions] == [True, False]
-    assert not old_dir.exists()  # deleted by retention ...
-    assert pq.ParquetFile(held).read().num_rows == 50  # ... yet the open file still reads
-    held.close()
-    # after a rollback to the older version, pruning to one version keeps the newest and the current
-    os.replace(_symlink_to(dest, Path(versions[1]["path"])), dest)
-    prune(dest, 1)
-    assert [(v["run_id"], v["current"]) for v in list_versions(dest)] == [("run-0005", False), ("run-0004", True)]
-    assert current_version(dest)["run_id"] == "run-0004"
-    with pytest.raises(ValueError):
-        publish_dataset(con, "exports.sft", dest, run_id="x", keep_versions=0)
-
-
-def _symlink_to(dest: Path, target: Path) -> Path:
-    link = dest.parent / ".rollback"
-    os.symlink(os.path.relpath(target, dest.parent), link)
-    return link
-
-
-def test_a_legacy_real_directory_is_adopted_as_a_version(tmp_path):
-    con = duckdb.connect(str(toy_db(tmp_path / "db.duckdb", rows=10)), read_only=True)
-    dest = tmp_path / "training" / "sft"
-    dest.mkdir(parents=True)
-    (dest / "old.parquet").write_bytes(b"legacy bytes")
-    publish_dataset(con, "exports.sft", dest, run_id="new-run")
-    assert dest.is_symlink() and sorted(p.name for p in dest.iterdir()) == ["manifest.json", "part-00000.parquet"]
-    versions = list_versions(dest)
-    assert [v.get("legacy", False) for v in versions] == [False, True]
-    assert (Path(versions[1]["path"]) / "old.parquet").read_bytes() == b"legacy bytes"
-    (tmp_path / "training" / "file").write_text("x")
-    with pytest.raises(PublishError, match="not a directory"):
-        publish_dataset(con, "exports.sft", tmp_path / "training" / "file", run_id="x")
-    with pytest.raises(PublishError, match="no such table"):
-        publish_dataset(con, "exports.missing", dest, run_id="x")
-
-
-CHILD_PUBLISH = """
-import os, signal, sys
+CHILD = """
+import sys
 from pathlib import Path
 import duckdb
-from dagster_project.publish import publish_dataset
-db, dest, stage, run_id = sys.argv[1:] if len(sys.argv) > 1 else ({db!r}, {dest!r}, {stage!r}, {run_id!r})
-con = duckdb.connect(db, read_only=True)
-def hook(at):
-    if at == stage:
-        os.kill(os.getpid(), signal.SIGKILL)
-while True:
-    publish_dataset(con, "exports.sft", Path(dest), run_id=run_id, validation={{"status": "passed"}}, hook=hook,
-                    keep_versions=3)
-    if stage != "loop":
-        break
+from dagster_project.publishing import publish_snapshot
+state, root, run_id = sys.argv[1:4]
+con = duckdb.connect(state)
+con.execute("set TimeZone = 'UTC'")
+print(publish_snapshot(con, export_dir=Path(root) / "exports", warehouse=Path(root) / "warehouse.duckdb",
+                       run_id=run_id, pseudonym_key=b"test-key").status)
 """
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_sigkill_at_each_publish_stage_leaves_a_readable_version_and_rerun_hashes_match(tmp_path, stage):
-    db = str(toy_db(tmp_path / "db.duckdb", rows=300))
-    dest = tmp_path / "exports" / "training" / "sft"
-    con = duckdb.connect(db, read_only=True)
-    first = publish_dataset(con, "exports.sft", dest, run_id="first-run")
-    child = run_child(CHILD_PUBLISH.format(db=db, dest=str(dest), stage=stage, run_id="killed-run"))
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    manifest, rows = read_current(dest)
-    assert manifest["run_id"] == ("killed-run" if stage == "swapped" else "first-run")
-    assert rows == manifest["rows"] == 300 and manifest["content_hash"] == first["content_hash"]
-    again = publish_dataset(con, "exports.sft", dest, run_id="rerun")
-    assert again["content_hash"] == first["content_hash"]
-    assert read_current(dest)[0]["run_id"] == "rerun"
-    assert not list(versions_dir(dest).glob(".incomplete-*"))
-    assert not list(dest.parent.glob(".sft.link-*"))
-
-
-def test_sigkill_at_random_moments_never_exposes_a_partial_dataset(tmp_path):
-    db = str(toy_db(tmp_path / "db.duckdb", rows=2000))
-    dest = tmp_path / "exports" / "training" / "sft"
-    con = duckdb.connect(db, read_only=True)
-    expected = publish_dataset(con, "exports.sft", dest, run_id="first-run")["content_hash"]
-    rng = random.Random(7)
-    code = CHILD_PUBLISH.format(db=db, dest=str(dest), stage="loop", run_id="loop-run")
-    for _ in range(4):
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=PROJECT, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.6, 1.6))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        manifest, rows = read_current(dest)
-        assert rows == manifest["rows"] == 2000 and manifest["content_hash"] == expected
-    assert publish_dataset(con, "exports.sft", dest, run_id="final")["content_hash"] == expected
-    assert len(list_versions(dest)) <= 5 and not list(versions_dir(dest).glob(".incomplete-*"))
-
-
-# ------------------------------------------------------------------ the analyst warehouse
-
-
-def state_db(path: Path, rows: int) -> Path:
-    con = duckdb.connect(str(path))
-    con.execute("create schema if not exists marts")
-    con.execute(f"create or replace table marts.t as select range as x from range({rows})")
-    con.execute("create or replace table main.other as select 1 as y")
+def change(state: Path) -> None:
+    con = duckdb.connect(str(state))
+    con.execute("delete from marts.interaction_labels where interaction_id = "
+                "(select min(interaction_id) from marts.interaction_labels)")
     con.close()
-    return path
 
+
+@pytest.mark.parametrize("stage", ["hashed", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed",
+                                   "linked"])
+def test_kill_9_at_any_stage_leaves_a_complete_current_snapshot(sample, tmp_path, stage):
+    state = copy_state(sample[0], tmp_path)
+    first = publish(state, tmp_path, "first-run")
+    change(state)
+    child = subprocess.run([sys.executable, "-c", CHILD, str(state), str(tmp_path), "killed-run"], cwd=PROJECT,
+                           env={**os.environ, FAULT_ENV: f"kill:{stage}"}, capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    committed = stage in ("committed", "linked")
+    manifest = verify_snapshot(tmp_path / "exports")
+    assert manifest["run_id"] == ("killed-run" if committed else "first-run")
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    assert con.execute("select count(*) from marts.interaction_labels").fetchone()[0] == (
+        first.manifest["datasets"]["analytics/interaction_labels"]["rows"] - committed)
+    con.close()
+    # the next publish gives the reference result: what a fresh lake publishes from the same state
+    again = publish(state, tmp_path, "rerun")
+    expected = publish(state, tmp_path / "fresh", "rerun")
+    if committed:
+        assert again.status == "unchanged"
+    else:
+        assert again.status == "published" and data_hashes(again.manifest) == data_hashes(expected.manifest)
+    verify_snapshot(tmp_path / "exports")
+    assert not list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
+    assert len(list_snapshots(tmp_path / "exports")) == 2
+
+
+@pytest.mark.parametrize("stage", ["objects_written", "warehouse_built", "manifest_written"])
+def test_disk_full_at_any_stage_publishes_nothing(sample, tmp_path, monkeypatch, stage):
+    state = copy_state(sample[0], tmp_path)
+    first = publish(state, tmp_path, "first-run")
+    change(state)
+    monkeypatch.setenv(FAULT_ENV, f"enospc:{stage}")
+    with pytest.raises(OSError, match="No space left"):
+        publish(state, tmp_path, "full-disk")
+    assert current_version(tmp_path / "exports") == first.version
+    assert [s["version"] for s in list_snapshots(tmp_path / "exports")] == [first.version]
+    verify_snapshot(tmp_path / "exports")
+    monkeypatch.delenv(FAULT_ENV)
+    assert publish(state, tmp_path, "after").status == "published"
+
+
+# ---------------------------------------------------------------------------------------------
+# readers, cost, retention, guards
+# ---------------------------------------------------------------------------------------------
 
 ANALYST = """
 import duckdb, json, pathlib, time, sys
 wh, ready, go = sys.argv[1:4]
 con = duckdb.connect(wh, read_only=True)
-before = con.execute("select count(*) from marts.t").fetchone()[0]
+before = con.execute("select count(*) from exports.sft").fetchone()[0]
 pathlib.Path(ready).write_text(str(before))
 while not pathlib.Path(go).exists():
     time.sleep(0.02)
-after = con.execute("select count(*), sum(x) from marts.t").fetchone()
+after = con.execute("select count(*) from exports.sft").fetchone()[0]
 con.close()
-fresh = duckdb.connect(wh, read_only=True).execute("select count(*) from marts.t").fetchone()[0]
-print(json.dumps({"before": before, "after_on_old_connection": after[0], "fresh": fresh}))
+fresh = duckdb.connect(wh, read_only=True).execute("select count(*) from exports.sft").fetchone()[0]
+print(json.dumps({"before": before, "after_on_old_connection": after, "fresh": fresh}))
 """
 
 
-def test_publish_warehouse_while_an_analyst_holds_it_open(tmp_path):
-    state, wh = tmp_path / ".flywheel" / "state.duckdb", tmp_path / "warehouse.duckdb"
-    state.parent.mkdir()
-    first = publish_warehouse(state_db(state, 1000), wh)
-    assert first["method"] == "copy" and first["tables"] == 2
+def test_an_open_analyst_connection_keeps_its_snapshot_a_new_one_sees_the_next(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=3, per_month=100)
+    publish(state, tmp_path, "first")
     ready, go = tmp_path / "ready", tmp_path / "go"
-    analyst = subprocess.Popen([sys.executable, "-c", ANALYST, str(wh), str(ready), str(go)],
+    analyst = subprocess.Popen([sys.executable, "-c", ANALYST, str(tmp_path / "warehouse.duckdb"), str(ready), str(go)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not ready.exists():
             assert analyst.poll() is None and time.monotonic() < deadline, analyst.stderr.read()
             time.sleep(0.02)
-        con = duckdb.connect(str(state))
-        con.execute("insert into marts.t select range from range(1000, 2500)")
-        copied = publish_warehouse(con, wh)  # copy of the checkpointed working file
-        assert copied["bytes"] == wh.stat().st_size
-        reader = duckdb.connect(str(wh), read_only=True)  # a new connection (other process) sees new data
-        assert reader.execute("select count(*) from marts.t").fetchone() == (2500,)
-        reader.close()
-        con.execute("insert into marts.t select range from range(2500, 3000)")
-        subset = publish_warehouse(con, wh, ["marts.t"])  # a fresh file with only these tables
-        con.close()
-        assert subset["method"] == "attach" and subset["tables"] == 1
-        reader = duckdb.connect(str(wh), read_only=True)
-        assert reader.execute("select count(*), sum(x) from marts.t").fetchone() == (3000, sum(range(3000)))
-        assert [r[0] for r in reader.execute("select table_name from duckdb_tables()").fetchall()] == ["t"]
-        reader.close()
+        append_month(state, 50)
+        assert publish(state, tmp_path, "second").status == "published"  # never blocked by the reader
         go.write_text("go")
-        out, err = analyst.communicate(timeout=30)
+        out, err = analyst.communicate(timeout=60)
     finally:
         if analyst.poll() is None:
             analyst.kill()
     assert analyst.returncode == 0, err
-    # the analyst's old connection kept working on the old file; reconnecting sees the new one
-    assert json.loads(out) == {"before": 1000, "after_on_old_connection": 1000, "fresh": 3000}
-    assert not list(tmp_path.glob("warehouse.duckdb.tmp-*")) and not Path(f"{wh}.wal").exists()
+    assert json.loads(out) == {"before": 300, "after_on_old_connection": 300, "fresh": 350}
 
 
-def test_a_killed_warehouse_publish_leaves_the_previous_file_and_its_temp_is_cleaned(tmp_path):
-    state, wh = state_db(tmp_path / "state.duckdb", 10), tmp_path / "warehouse.duckdb"
-    publish_warehouse(state, wh)
+def test_a_small_append_rewrites_only_the_partitions_it_touches(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=12, per_month=400)
+    first = publish(state, tmp_path, "first")
+    append_month(state, 48)  # 1% new rows, in a new month
+    second = publish(state, tmp_path, "second")
+    old, new = shared_files(tmp_path, first.version), shared_files(tmp_path, second.version)
+    rewritten = {name for name, st in new.items() if name not in old or old[name].st_ino != st.st_ino}
+    assert rewritten == {"training/sft/train-2026-01.parquet"}
+    assert second.files_written == 1 + 1  # that partition and the run log's ingest.runs
+    sft_bytes = sum(st.st_size for name, st in new.items() if name.startswith("training/sft/"))
+    assert second.bytes_written < 0.1 * sft_bytes
+    assert data_hashes(second.manifest)["training/sft"] != data_hashes(first.manifest)["training/sft"]
+    # the same state published into an empty directory gives the same datasets
+    assert data_hashes(publish(state, tmp_path / "fresh", "second").manifest) == data_hashes(second.manifest)
+
+
+def test_retention_keeps_n_snapshots_and_drops_unreferenced_objects(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=2, per_month=50)
+    versions = []
+    for i in range(6):
+        append_month(state, 1, start=i)
+        versions.append(publish(state, tmp_path, f"run-{i}", keep=3).version)
+    kept = list_snapshots(tmp_path / "exports")
+    assert [s["version"] for s in kept] == versions[::-1][:3]
+    assert [s["current"] for s in kept] == [True, False, False]
+    objects = {p.stem for p in (tmp_path / "exports" / SNAPSHOTS / ".objects").glob("*.parquet")}
+    referenced = {f["object"] for s in kept for d in read_manifest(tmp_path / "exports", s["version"])["datasets"].values()
+                  for f in d["files"]}
+    assert objects == referenced
+    for s in kept:
+        verify_snapshot(tmp_path / "exports", s["version"])  # time travel: older snapshots still read
+    info = status(tmp_path / "exports")
+    assert info["current"] == versions[-1] and len(info["snapshots"]) == 3
+    assert {d["dataset"] for d in info["datasets"]} == {"training/sft", "analytics/sessions"}
+    with pytest.raises(PublishError, match="FLYWHEEL_KEEP_SNAPSHOTS"):
+        publish(state, tmp_path, "x", keep=0)
+
+
+def test_an_empty_dataset_over_a_non_empty_one_needs_the_flag(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=20)
+    first = publish(state, tmp_path, "first")
     con = duckdb.connect(str(state))
-    con.execute("insert into marts.t select range from range(10, 20)")
+    con.execute("delete from exports.sft")
     con.close()
-    child = run_child(f"""
-import os, signal
-from pathlib import Path
-from dagster_project.publish import publish_warehouse
-publish_warehouse({str(state)!r}, Path({str(wh)!r}),
-                  hook=lambda stage: os.kill(os.getpid(), signal.SIGKILL) if stage == "tmp_written" else None)
-""")
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    leftovers = list(tmp_path.glob("warehouse.duckdb.tmp-*"))
-    assert len(leftovers) == 1  # complete but never swapped in
-    reader = duckdb.connect(str(wh), read_only=True)
-    assert reader.execute("select count(*) from marts.t").fetchone() == (10,)  # the last published version
-    reader.close()
-    assert cleanup_warehouse_temps(wh) == leftovers  # its process is gone
-    publish_warehouse(state, wh)
-    reader = duckdb.connect(str(wh), read_only=True)
-    assert reader.execute("select count(*) from marts.t").fetchone() == (20,)
-    reader.close()
-    with pytest.raises(ValueError):
-        publish_warehouse(state, state)
+    with pytest.raises(PublishError, match=r"training/sft \(exports.sft\) would be published empty over 20 rows.*"
+                                           r"--allow-empty.*FLYWHEEL_ALLOW_EMPTY=1"):
+        publish(state, tmp_path, "second")
+    assert current_version(tmp_path / "exports") == first.version
+    allowed = publish(state, tmp_path, "third", allow_empty=True)
+    assert allowed.manifest["datasets"]["training/sft"]["rows"] == 0
+    verify_snapshot(tmp_path / "exports")
+
+
+def test_raw_ids_are_pseudonymised_and_a_leak_blocks_the_publish(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=20)
+    published = publish(state, tmp_path, "first")
+    rows = duckdb.connect().execute("select session_pseudonym, n from read_parquet(?) order by n, session_pseudonym", [
+        str(tmp_path / "exports" / "analytics" / "sessions" / "*.parquet")]).fetchall()
+    assert {r[0] for r in rows} == {session_pseudonym(KEY.encode(), f"sess-raw-{i}") for i in range(7)}
+    assert published.manifest["datasets"]["internal/staging.interactions"]["kind"] == "internal"
+    con = duckdb.connect(str(state))
+    con.execute("create table marts.leaky as select 'note' as kind, 'sess-raw-3' as note")
+    con.close()
+    with pytest.raises(PublishError, match=r"analytics/leaky.note: 1 rows.*nothing was published"):
+        publish(state, tmp_path, "second")
+    assert current_version(tmp_path / "exports") == published.version
+
+
+def test_comments_carry_over_and_a_view_that_does_not_read_fails_verification(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    con = duckdb.connect(str(state))
+    con.execute("comment on table exports.sft is 'accepted positive interactions'")
+    con.execute("comment on column exports.sft.split is 'train or eval (HF: test)'")
+    con.execute("comment on column marts.sessions.session_id is 'renamed when shared'")
+    con.close()
+    result = publish(state, tmp_path, "first")
+    wh = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    assert wh.execute("select comment from duckdb_views() where view_name = 'sft'").fetchone() == (
+        "accepted positive interactions",)
+    assert wh.execute("select comment from duckdb_columns() where table_name = 'sft' and column_name = 'split'"
+                      ).fetchone() == ("train or eval (HF: test)",)
+    wh.close()
+    victim = next((result.path / "training" / "sft").glob("*.parquet"))
+    victim.unlink()
+    with pytest.raises(PublishError):
+        verify_snapshot(tmp_path / "exports")
+
+
+def test_a_view_that_does_not_read_fails_the_publish_not_the_analyst(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=2, per_month=10)
+    first = publish(state, tmp_path, "first")
+    append_month(state, 5)
+
+    def lose_a_file(stage):
+        if stage == "files_linked":
+            snapshot = next(p for p in (tmp_path / "exports" / SNAPSHOTS).iterdir()
+                            if not p.name.startswith(".") and p.name != first.version)
+            (snapshot / "training" / "sft" / "train-2026-01.parquet").unlink()
+
+    with pytest.raises(RuntimeError, match=r"view exports.sft does not read.*not publishing"):
+        publish(state, tmp_path, "second", hook=lose_a_file)
+    assert current_version(tmp_path / "exports") == first.version
+    verify_snapshot(tmp_path / "exports")
+
+
+def test_a_legacy_layout_is_migrated_once(tmp_path):
+    exports = tmp_path / "exports"
+    (exports / "training" / ".versions" / "sft" / "v1").mkdir(parents=True)
+    (exports / "training" / ".versions" / "sft" / "v1" / "part-00000.parquet").write_bytes(b"old")
+    os.symlink(".versions/sft/v1", exports / "training" / "sft")
+    (exports / "analytics").mkdir()
+    duckdb.connect(str(tmp_path / "warehouse.duckdb")).execute("create table old as select 1").close()
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    result = publish(state, tmp_path, "first")
+    assert os.readlink(exports / "training") == "current/training" and (exports / "training" / "sft").is_dir()
+    assert os.readlink(tmp_path / "warehouse.duckdb") == "exports/current/warehouse.duckdb"
+    legacy = list((exports / SNAPSHOTS).glob(".legacy-*-training"))
+    assert len(legacy) == 1 and (legacy[0] / ".versions" / "sft" / "v1" / "part-00000.parquet").read_bytes() == b"old"
+    wh = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    assert wh.execute("select count(*) from exports.sft").fetchone() == (10,)
+    wh.close()
+    assert publish(state, tmp_path, "again").status == "unchanged" and result.status == "published"
+
+
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+
+ACTIONS = st.lists(st.tuples(st.sampled_from(["append", "delete", "update", "publish"]), st.integers(0, 10_000)),
+                   min_size=1, max_size=5)
+
+
+@hsettings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(actions=ACTIONS)
+def test_publishing_incrementally_equals_publishing_once(tmp_path_factory, actions):
+    root = tmp_path_factory.mktemp("prop")
+    state = toy_state(root / "state.duckdb", months=3, per_month=30)
+    publish(state, root, "run-0")
+    for i, (action, n) in enumerate(actions, start=1):
+        con = duckdb.connect(str(state))
+        if action == "append":
+            con.close()
+            append_month(state, 1 + n % 5, start=n * 10)
+            con = duckdb.connect(str(state))
+        elif action == "delete":
+            con.execute("delete from exports.sft where interaction_id in (select interaction_id from exports.sft "
+                        "order by hash(interaction_id || ?) limit 3)", [str(n)])
+        elif action == "update":
+            con.execute("update exports.sft set split = case when split = 'eval' then 'train' else 'eval' end "
+                        "where interaction_id = (select min(interaction_id) from exports.sft where hash(interaction_id) % 7 = ?)",
+                        [n % 7])
+        con.close()
+        if action == "publish" or i == len(actions):
+            publish(state, root, f"run-{i}", keep=2)
+    incremental = verify_snapshot(root / "exports")
+    once = publish(state, root / "once", "once").manifest
+    assert data_hashes(incremental) == data_hashes(once)
+    for path, entry in once["datasets"].items():
+        if entry["table"] in RUN_LOG:
+            continue
+        assert [(f["name"], f["rows"], f["object"]) for f in incremental["datasets"][path]["files"]] == \
+               [(f["name"], f["rows"], f["object"]) for f in entry["files"]], path

@@ -1,43 +1,47 @@
-"""Publishing the analyst warehouse: the last step of every run."""
+"""The last step of every run: publish the whole state as one snapshot, or nothing."""
 
 import dagster as dg
 
-from dagster_project.metadata import markdown_table
-from dagster_project.resources import FlywheelResource
-from dagster_project.defs.exports import PUBLISHED_KEYS
 from dagster_project.defs.marts import TABLE_KEYS
+from dagster_project.publishing import publish_snapshot, watermarks
+from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
-from dagster_project.publish import publish_warehouse
-from dagster_project.state import record_run
+from dagster_project.tables import WAREHOUSE_TAG
 
-# Everything that writes the state database must finish before it is published.
+# Everything that writes the state database must finish (and pass its blocking checks) first.
 UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
-    dg.AssetKey(["staging", "weighted_examples"]),
-    *TABLE_KEYS,
-    *PUBLISHED_KEYS,
-]
+    dg.AssetKey(["staging", "weighted_examples"]), *TABLE_KEYS]
 
 
 @dg.asset(
-    key=["warehouse"],
+    key=["snapshot"],
     group_name="publish",
     deps=UPSTREAM,
-    description="Swap the freshly built state in as FLYWHEEL_WAREHOUSE (new file, checkpoint, "
-    "os.replace): analysts' open connections never block a run and see new data on reconnect.",
-    kinds={"duckdb"},
-    op_tags={"flywheel/warehouse": "writer"},
+    description="Publish every training set, analytics mart and the analyst warehouse as ONE snapshot "
+    "(FLYWHEEL_EXPORT_DIR/current -> .snapshots/<version>, one atomic rename); unchanged partitions are "
+    "hard-linked, a run with nothing new publishes nothing.",
+    kinds={"parquet", "duckdb"},
+    op_tags=WAREHOUSE_TAG,
 )
-def warehouse(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
+def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
     settings = flywheel.settings()
     with flywheel.state() as con:
-        record_run(con, context.run_id, mode="incremental", status="success")
-        tables = markdown_table(con, "select schema_name || '.' || table_name as table_name, estimated_size as rows "
-                                     "from duckdb_tables() where schema_name not in ('raw') order by 1")
-        # New file beside the warehouse (checkpointed copy of the state), fsync, os.replace.
-        publish_warehouse(con, settings.warehouse)
-        size = settings.warehouse.stat().st_size
+        result = publish_snapshot(
+            con, export_dir=settings.export_dir, warehouse=settings.warehouse, run_id=context.run_id,
+            pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
+            allow_empty=settings.allow_empty, watermarks=watermarks(con))
+    if result.status == "unchanged":
+        context.log.info(f"nothing changed since snapshot {result.version}: nothing published")
+    shared = {p: d for p, d in (result.manifest or {}).get("datasets", {}).items() if d["kind"] != "internal"}
     return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(str(settings.warehouse)),
-        "size_mb": round(size / 1e6, 2),
-        "tables": dg.MetadataValue.md(tables),
+        "status": result.status,
+        "version": result.version or "",
+        "path": dg.MetadataValue.path(str(result.path or settings.export_dir)),
+        "bytes_written": result.bytes_written,
+        "bytes_reused": result.bytes_reused,
+        "files_written": result.files_written,
+        "files_reused": result.files_reused,
+        "seconds": result.seconds,
+        "datasets": dg.MetadataValue.md("| dataset | rows | files |\n|---|---|---|\n" + "\n".join(
+            f"| {p} | {d['rows']:,} | {len(d['files'])} |" for p, d in sorted(shared.items()))),
     })

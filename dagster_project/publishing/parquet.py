@@ -1,0 +1,205 @@
+"""Tables as content-addressed, partitioned Parquet files: a partition whose rows did not change
+is never written again.
+
+A table is cut into partitions by the day (month, for small tables) of its event time
+(``partition_sql``): a lake grows at the end of time, so a 1% append touches the newest day and
+leaves the others' rows, hashes and files alone. Each partition's rows are hashed in DuckDB
+(sha256 over the sorted ``md5(to_json(row))``), and that hash — with the schema and sort order — names the
+object ``.objects/<key>.parquet``. An object that exists already is hard-linked into the new
+snapshot; only missing ones are written (to a temp name, verified, fsynced, then renamed, so an
+object file is complete or absent). Training sets are also cut by split (``train-*`` /
+``test-*`` files, the Hugging Face convention; our ``eval`` split is HF's ``test``).
+
+Nothing here imports Dagster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+FORMAT = "flywheel-parquet/1"
+ROW_GROUP_ROWS = 100_000
+# Event-time columns, most meaningful first; a table without one is a single partition.
+TIME_COLUMNS = ("interaction_timestamp", "example_timestamp", "timestamp", "queried_at", "created_at",
+                "recorded_at", "committed_at", "first_labeled_at", "first_seen", "day", "started_at",
+                "validated_at", "quarantined_at", "observed_at")
+DAY_GRAIN_ROWS = 5_000
+ROW_HASH = "sha256(coalesce(string_agg(__h, '' order by __h), ''))"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One table published as one directory of the snapshot."""
+
+    table: str  # schema.table in the state database
+    path: str  # directory inside the snapshot: training/sft, analytics/doc_utility, internal/staging.x
+    kind: str  # "training" | "analytics" | "internal"
+    select: str  # the projection written (pseudonymised for shared datasets)
+    order: tuple[str, ...]  # total row order inside a file
+
+    @property
+    def shared(self) -> bool:
+        return self.kind != "internal"
+
+
+@dataclass
+class Part:
+    name: str  # file name inside the dataset directory
+    rows: int
+    key: str  # object key (content address)
+    reused: bool = False
+    bytes: int = 0
+    sha256: str = ""
+
+
+@dataclass
+class Plan:
+    dataset: Dataset
+    columns: list[dict[str, str]]
+    part_sql: str  # the partition expression this plan was cut by
+    parts: list[Part] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(json.dumps([[p.name, p.key] for p in self.parts]).encode()).hexdigest()
+
+
+def partition_column(columns: dict[str, str]) -> str | None:
+    def is_time(name: str) -> bool:
+        return columns[name].upper().startswith(("TIMESTAMP", "DATE"))
+
+    preferred = [c for c in TIME_COLUMNS if c in columns and is_time(c)]
+    if preferred:
+        return preferred[0]
+    return next((c for c in columns if is_time(c)), None)
+
+
+def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
+    """The file name (without ``.parquet``) each row goes to.
+
+    The event time's day for tables over ``DAY_GRAIN_ROWS`` rows (a day's append is a new
+    file), its month for smaller ones (fewer tiny files; rewriting them costs little). Without
+    a time column, the date in the name of the row's source file (``source_path``: producers
+    name files by day), else one partition.
+    """
+    fmt = "%Y-%m-%d" if rows > DAY_GRAIN_ROWS else "%Y-%m"
+    col = partition_column(columns)
+    source = next((c for c in columns if c == "source_path" or c.endswith("_source_path")), None)
+    if col:
+        when = f"coalesce(strftime({q(col)}, '{fmt}'), 'undated')"
+    elif source:
+        width = len("2026-01-01") if rows > DAY_GRAIN_ROWS else len("2026-01")
+        when = (f"coalesce(nullif(left(regexp_extract({q(source)}, '(\\d{{4}}-\\d{{2}}-\\d{{2}})[^/]*$', 1), "
+                f"{width}), ''), 'undated')")
+    else:
+        when = "'all'"
+    if dataset.kind == "training" and "split" in columns:
+        # HF maps train-* to the train split and test-* to test (our eval split).
+        return f"(case when split = 'eval' then 'test' else 'train' end) || '-' || {when}"
+    return f"'part-' || {when}"
+
+
+def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Plan:
+    """Hash every partition of ``dataset``; mark those whose object exists as reused."""
+    described = con.execute(f"describe {dataset.select}").fetchall()
+    columns = {name: str(type_) for name, type_, *_ in described}
+    if "__part" in columns or "__h" in columns:
+        raise ValueError(f"{dataset.table}: columns __part/__h are reserved by the publisher")
+    schema = json.dumps([[c, t] for c, t in columns.items()])
+    row = "{" + ", ".join(f"{lit(c)}: {q(c)}" for c in columns) + "}"
+    total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
+    part_sql = partition_sql(dataset, columns, total)
+    rows = con.execute(
+        f"select __part, count(*)::bigint, {ROW_HASH} from (select {part_sql} as __part, "
+        f"md5(to_json({row})) as __h from ({dataset.select})) group by __part order by __part").fetchall()
+    result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql)
+    if not rows:  # an empty table still has a schema: one empty file
+        rows = [("train-empty" if dataset.kind == "training" else "part-empty", 0, "")]
+    for part, n, digest in rows:
+        key = hashlib.sha256(f"{FORMAT}|{schema}|{dataset.order}|{digest}".encode()).hexdigest()
+        result.parts.append(Part(name=f"{part}.parquet", rows=int(n), key=key,
+                                 reused=(objects / f"{key}.parquet").exists()))
+    return result
+
+
+def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, known: dict[str, str]) -> None:
+    """Write the partitions whose object is missing; fill bytes/sha256 of every part.
+
+    ``known``: object key -> file sha256 from earlier manifests (reused objects are not re-read).
+    """
+    dataset = planned.dataset
+    columns = {c["name"]: c["type"] for c in planned.columns}
+    order = [c for c in dataset.order if c in columns] + [c for c in columns if c not in dataset.order]
+    order_sql = ", ".join(f"{q(c)} asc nulls first" for c in order)
+    part_sql = planned.part_sql
+    options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
+    missing = [p for p in planned.parts if not (p.reused and (objects / f"{p.key}.parquet").exists())]
+    source = f"({dataset.select})"
+    if len(missing) > 1:  # one pass over the projection instead of one per partition
+        names = ", ".join(lit(p.name[:-len(".parquet")]) for p in missing)
+        con.execute(f"create or replace temp table __fw_rows as select *, {part_sql} as __part "
+                    f"from ({dataset.select}) where {part_sql} in ({names})")
+        source, part_sql = "__fw_rows", "__part"
+    try:
+        for part in planned.parts:
+            target = objects / f"{part.key}.parquet"
+            if part not in missing:
+                part.bytes = target.stat().st_size
+                part.sha256 = known.get(part.key) or sha256_file(target)
+                continue
+            tmp = objects / f".tmp-{os.getpid()}-{part.key}.parquet"
+            where = f"where {part_sql} = {lit(part.name[:-len('.parquet')])}" if part.rows else "where false"
+            select = "* exclude (__part)" if source == "__fw_rows" else "*"
+            con.execute(f"copy (select {select} from {source} {where} order by {order_sql}) "
+                        f"to {lit(tmp)} ({options})")
+            written = con.execute(f"select coalesce(sum(num_rows), 0)::bigint from parquet_file_metadata({lit(tmp)})"
+                                  ).fetchone()[0]
+            if written != part.rows:
+                tmp.unlink(missing_ok=True)
+                raise RuntimeError(f"{dataset.table}: wrote {written} rows to {part.name}, expected {part.rows}")
+            fsync_file(tmp)
+            part.sha256 = sha256_file(tmp)
+            part.bytes = tmp.stat().st_size
+            part.reused = False
+            os.replace(tmp, target)
+    finally:
+        con.execute("drop table if exists __fw_rows")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_file(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def lit(value: object) -> str:
+    return "'" + str(value).replace("'", "''") + "'"

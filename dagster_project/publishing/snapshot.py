@@ -1,0 +1,574 @@
+"""One snapshot per run: every dataset and the analyst warehouse switch together or not at all.
+
+Layout under ``FLYWHEEL_EXPORT_DIR``::
+
+    current -> .snapshots/<version>          the ONLY commit point (one atomic symlink rename)
+    training -> current/training             fixed links through it (created once)
+    analytics -> current/analytics
+    .snapshots/<version>/manifest.json       one manifest per snapshot (written last)
+    .snapshots/<version>/training/<name>/{train,test}-<YYYY-MM>.parquet
+    .snapshots/<version>/analytics/<mart>/part-<YYYY-MM>.parquet
+    .snapshots/<version>/internal/<schema>.<table>/part-*.parquet   (ingest, staging: warehouse only)
+    .snapshots/<version>/warehouse.duckdb    views over this snapshot's files (absolute paths)
+    .snapshots/.objects/<key>.parquet        content-addressed, immutable; hard-linked into snapshots
+
+and ``FLYWHEEL_WAREHOUSE`` is a symlink to ``<export dir>/current/warehouse.duckdb``.
+
+A snapshot directory is built completely (objects written or reused, links, warehouse, every
+view read once, manifest, fsync) before ``current`` is replaced: a kill, ENOSPC or error at any
+point leaves the previous snapshot current. Snapshots newer than ``current`` are leftovers of
+runs that never committed; the next publish removes them. A run whose every table hashes as in
+the current snapshot publishes nothing (``status="unchanged"``). Run-log tables (``ingest.runs``,
+``ingest.validations``, ``ingest.excluded``, ``ingest.files`` whose ``last_run_id`` moves every
+run) record the run itself and do not count as change.
+
+Nothing here imports Dagster.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from dagster_project.publishing.parquet import Dataset, Plan, fsync_dir, lit, plan, q, write_objects
+from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
+
+FORMAT = "flywheel-snapshot/1"
+SNAPSHOTS = ".snapshots"
+OBJECTS = ".objects"
+CURRENT = "current"
+MANIFEST = "manifest.json"
+WAREHOUSE_FILE = "warehouse.duckdb"
+TRAINING = ("sft", "kto", "dpo", "weighted")
+WAREHOUSE_SCHEMAS = ("ingest", "staging", "marts", "exports")  # raw.* stays private
+RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files"})
+# Columns holding a raw session or user id (staging names them so): pseudonymised when shared,
+# and the values the privacy gate looks for in every shared dataset.
+ID_COLUMN = r"(^|_)(session|user)_id"
+FAULT_ENV = "FLYWHEEL_PUBLISH_FAULT"  # tests: "kill:<stage>" or "enospc:<stage>"
+STAGES = ("hashed", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
+
+Hook = Callable[[str], None]
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+@dataclass
+class PublishResult:
+    status: str  # "published" | "unchanged"
+    version: str | None
+    path: Path | None
+    manifest: dict | None
+    bytes_written: int = 0
+    bytes_reused: int = 0
+    files_written: int = 0
+    files_reused: int = 0
+    seconds: float = 0.0
+
+
+def snapshots_dir(export_dir: Path) -> Path:
+    return Path(os.path.abspath(export_dir)) / SNAPSHOTS
+
+
+def current_version(export_dir: Path) -> str | None:
+    link = Path(os.path.abspath(export_dir)) / CURRENT
+    try:
+        return Path(os.readlink(link)).name
+    except OSError:
+        return None
+
+
+def read_manifest(export_dir: Path, version: str | None = None) -> dict | None:
+    version = version or current_version(export_dir)
+    if version is None:
+        return None
+    try:
+        return json.loads((snapshots_dir(export_dir) / version / MANIFEST).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# What is published
+# ---------------------------------------------------------------------------------------------
+
+def datasets(con: duckdb.DuckDBPyConnection) -> list[Dataset]:
+    """Every table of the warehouse schemas; exports and marts are shared (pseudonymised)."""
+    from dagster_project.expectations import order_keys
+
+    tables = con.execute(
+        "select schema_name, table_name from duckdb_tables() where database_name = current_database() "
+        f"and not temporary and schema_name in ({', '.join(lit(s) for s in WAREHOUSE_SCHEMAS)}) order by 1, 2"
+    ).fetchall()
+    out = []
+    for schema, name in tables:
+        table = f"{schema}.{name}"
+        if schema == "exports":
+            kind, path = "training", f"training/{name}"
+        elif schema == "marts":
+            kind, path = "analytics", f"analytics/{name}"
+        else:
+            kind, path = "internal", f"internal/{table}"
+        columns = [r[0] for r in con.execute(
+            "select column_name from duckdb_columns() where database_name = current_database() "
+            "and schema_name = ? and table_name = ? order by column_index", [schema, name]).fetchall()]
+        select = shared_select(table, columns) if kind != "internal" else f"select * from {q(schema)}.{q(name)}"
+        out.append(Dataset(table=table, path=path, kind=kind, select=select, order=tuple(order_keys(table))))
+    return out
+
+
+def shared_select(table: str, columns: list[str]) -> str:
+    """``select *`` with every raw id column replaced by its keyed pseudonym (and renamed so)."""
+    schema, name = table.split(".", 1)
+    replace, rename = [], []
+    for column in columns:
+        if not re.search(ID_COLUMN, column):
+            continue
+        # Sessions are pseudonymised through their opaque form, as in the training sets, so the
+        # same session has the same pseudonym in every dataset (transforms/pseudonyms.py).
+        function = "fw_session_pseudonym" if column.startswith("session_id") and "opaque" not in column \
+            else "fw_pseudonym"
+        replace.append(f"{function}({q(column)}) as {q(column)}")
+        rename.append(f"{q(column)} as {q(column.replace('_id', '_pseudonym', 1))}")
+    base = f"select * from {q(schema)}.{q(name)}"
+    if not replace:
+        return base
+    return (f"select * rename ({', '.join(rename)}) from "
+            f"(select * replace ({', '.join(replace)}) from {q(schema)}.{q(name)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Publishing
+# ---------------------------------------------------------------------------------------------
+
+def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, warehouse: Path, run_id: str,
+                     pseudonym_key: bytes, keep: int = 5, allow_empty: bool = False,
+                     watermarks: dict | None = None, hook: Hook | None = None) -> PublishResult:
+    """Publish every table of ``con`` (the state database) as one snapshot, or nothing."""
+    from transforms.pseudonyms import register
+
+    if keep < 1:
+        raise PublishError(f"FLYWHEEL_KEEP_SNAPSHOTS={keep}: keep at least 1 snapshot (the current one)")
+    started = time.perf_counter()
+    hook = _fault_hook(hook)
+    export_dir = Path(os.path.abspath(export_dir))
+    snaps = export_dir / SNAPSHOTS
+    objects = snaps / OBJECTS
+    objects.mkdir(parents=True, exist_ok=True)
+    with _locked(snaps / ".lock"):
+        _remove_leftovers(export_dir)
+        register(con, pseudonym_key)
+        _gate_validations(con, run_id)
+        _ensure_run_columns(con)
+        plans = {d.path: plan(con, d, objects) for d in datasets(con)}
+        hook("hashed")
+        previous_version = current_version(export_dir)
+        previous = read_manifest(export_dir) or {}
+        before = previous.get("datasets", {})
+        if previous and _unchanged(plans, before):
+            _record_snapshot(con, run_id, previous_version, "unchanged")
+            ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
+            return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
+                                 seconds=round(time.perf_counter() - started, 3))
+        _refuse_empty(plans, before, previous_version, allow_empty)
+        check_privacy(con, plans)
+
+        created = datetime.now(timezone.utc)
+        version = f"{created:%Y%m%dT%H%M%S%f}Z-{re.sub(r'[^A-Za-z0-9]', '', run_id)[:8] or 'run'}"
+        _record_snapshot(con, run_id, version, "published")
+        for path, planned in list(plans.items()):  # the run log now holds this run: hash it again
+            if planned.dataset.table in RUN_LOG:
+                plans[path] = plan(con, planned.dataset, objects)
+
+        snap = snaps / version
+        try:
+            snap.mkdir()
+            manifest = _write_snapshot(con, snap, plans, objects, run_id, created, previous_version, watermarks,
+                                       hook)
+            tmp = export_dir / f".{CURRENT}.link-{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            os.symlink(f"{SNAPSHOTS}/{version}", tmp)
+            os.replace(tmp, export_dir / CURRENT)  # the commit
+            fsync_dir(export_dir)
+        except BaseException:
+            shutil.rmtree(snap, ignore_errors=True)
+            try:
+                con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' "
+                            "where run_id = ?", [run_id])
+            except duckdb.Error:
+                pass
+            raise
+        hook("committed")
+        ensure_links(export_dir, warehouse)
+        hook("linked")
+        prune(export_dir, keep)
+    parts = [p for pl in plans.values() for p in pl.parts]
+    return PublishResult(
+        "published", version, snap, manifest,
+        bytes_written=sum(p.bytes for p in parts if not p.reused), bytes_reused=sum(p.bytes for p in parts if p.reused),
+        files_written=sum(not p.reused for p in parts), files_reused=sum(p.reused for p in parts),
+        seconds=round(time.perf_counter() - started, 3))
+
+
+def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_id: str, created: datetime,
+                    previous_version: str | None, watermarks: dict | None, hook: Hook) -> dict:
+    known = _known_objects(snap.parent)
+    for planned in plans.values():
+        write_objects(con, planned, objects, known)
+    fsync_dir(objects)
+    hook("objects_written")
+    views = {}
+    for path, planned in plans.items():
+        target = snap / path
+        target.mkdir(parents=True)
+        for part in planned.parts:
+            _link(objects / f"{part.key}.parquet", target / part.name)
+        views[planned.dataset.table] = ([target / p.name for p in planned.parts], planned.rows)
+        fsync_dir(target)
+    hook("files_linked")
+    warehouse_bytes = build_warehouse(con, snap / WAREHOUSE_FILE, views)
+    hook("warehouse_built")
+    excluded = _excluded(con, run_id)
+    validation = validation_summary(con, run_id)
+    manifest = {
+        "format": FORMAT, "version": snap.name, "run_id": run_id, "created_at": created.isoformat(),
+        "previous": previous_version,
+        "source_watermarks": watermarks or {},
+        "validation": validation,
+        "warehouse": {"file": WAREHOUSE_FILE, "bytes": warehouse_bytes, "views": sorted(views)},
+        "datasets": {path: {
+            "table": p.dataset.table, "kind": p.dataset.kind, "rows": p.rows, "columns": p.columns,
+            "content_hash": p.content_hash, "order_by": list(p.dataset.order),
+            "excluded_rows": excluded.get(p.dataset.table, 0),
+            "validation": validation["tables"].get(p.dataset.table, {"status": "not validated"}),
+            "files": [{"name": f.name, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256, "object": f.key,
+                       "reused": f.reused} for f in p.parts],
+        } for path, p in plans.items()},
+    }
+    tmp = snap / f".{MANIFEST}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1, ensure_ascii=False, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, snap / MANIFEST)
+    for directory in (snap, snap / "training", snap / "analytics", snap / "internal"):
+        if directory.exists():
+            fsync_dir(directory)
+    fsync_dir(snap.parent)
+    hook("manifest_written")
+    return manifest
+
+
+def _unchanged(plans: dict[str, Plan], before: dict) -> bool:
+    compared = {p for p, pl in plans.items() if pl.dataset.table not in RUN_LOG}
+    if compared != {p for p, d in before.items() if d.get("table") not in RUN_LOG}:
+        return False
+    return all(before[p].get("content_hash") == plans[p].content_hash for p in compared)
+
+
+def _refuse_empty(plans: dict[str, Plan], before: dict, version: str | None, allow_empty: bool) -> None:
+    if allow_empty:
+        return
+    for path, planned in plans.items():
+        was = (before.get(path) or {}).get("rows") or 0
+        if planned.dataset.shared and planned.rows == 0 and was > 0:
+            raise PublishError(
+                f"{path} ({planned.dataset.table}) would be published empty over {was:,} rows of snapshot "
+                f"{version}; nothing was published. If that is intended, rerun with `flywheel run --allow-empty` "
+                "(or FLYWHEEL_ALLOW_EMPTY=1).")
+
+
+def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> None:
+    """Blocking: no text column of a shared dataset holds a raw session/user id from staging.
+
+    Only partitions being written are read: a reused object passed this check when it was made.
+    """
+    id_columns = con.execute(
+        "select table_name, column_name from duckdb_columns() where database_name = current_database() "
+        "and schema_name = 'staging' and data_type = 'VARCHAR' and regexp_matches(column_name, ?)",
+        [ID_COLUMN]).fetchall()
+    if not id_columns:
+        return
+    union = " union ".join(f"select {q(c)} as v from staging.{q(t)}" for t, c in id_columns)
+    con.execute(f"create or replace temp table __fw_raw_ids as select distinct v from ({union}) "
+                "where v is not null and v <> ''")
+    try:
+        problems = []
+        for path, planned in plans.items():
+            new = [p.name[:-len(".parquet")] for p in planned.parts if not p.reused and p.rows]
+            text = [c["name"] for c in planned.columns if c["type"] == "VARCHAR"]
+            if not planned.dataset.shared or not new or not text:
+                continue
+            where = f"{planned.part_sql} in ({', '.join(lit(n) for n in new)})"
+            counts = con.execute(
+                "select " + ", ".join(f"count(*) filter (where {q(c)} in (select v from __fw_raw_ids))" for c in text)
+                + f" from ({planned.dataset.select}) where {where}").fetchone()
+            problems += [f"{path}.{c}: {n:,} rows" for c, n in zip(text, counts) if n]
+        if problems:
+            raise PublishError(
+                f"raw session/user ids in shared datasets ({'; '.join(problems)}); nothing was published. "
+                "Pseudonymise the column (name it like *session_id*/*user_id* or pseudonymise it in its SQL).")
+    finally:
+        con.execute("drop table if exists __fw_raw_ids")
+
+
+def _gate_validations(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    try:
+        failed = con.execute("select distinct table_name from ingest.validations where run_id = ? and blocking "
+                             "and not success order by 1", [run_id]).fetchall()
+    except duckdb.CatalogException:
+        return
+    if failed:
+        raise PublishError(f"blocking expectations failed in this run on {', '.join(r[0] for r in failed)}; "
+                           "nothing was published (see ingest.validations)")
+
+
+def validation_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    try:
+        rows = con.execute(
+            "select table_name, count(*), count_if(not success), count_if(not success and blocking) "
+            "from ingest.validations where run_id = ? group by 1 order by 1", [run_id]).fetchall()
+    except duckdb.CatalogException:
+        rows = []
+    tables = {t: {"status": "failed" if b else "passed", "expectations": n, "failed": f, "failed_blocking": b}
+              for t, n, f, b in rows}
+    return {"status": "failed" if any(v["failed_blocking"] for v in tables.values()) else
+            ("passed" if tables else "not validated"),
+            "expectations": sum(v["expectations"] for v in tables.values()),
+            "failed": sum(v["failed"] for v in tables.values()), "tables": tables}
+
+
+def watermarks(con: duckdb.DuckDBPyConnection) -> dict:
+    rows = con.execute("select source, count(*), sum(offset_bytes)::bigint, max(high_water_mark), "
+                       "max(last_run_id) from ingest.files group by source order by source").fetchall()
+    return {s: {"files": f, "bytes_consumed": b, "high_water_mark": h, "last_run_id": r} for s, f, b, h, r in rows}
+
+
+def _excluded(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
+    try:
+        return dict(con.execute("select table_name, count(*) from ingest.excluded where run_id = ? group by 1",
+                                [run_id]).fetchall())
+    except duckdb.CatalogException:  # created by the expectation actions, when present
+        return {}
+
+
+def _ensure_run_columns(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("alter table ingest.runs add column if not exists snapshot varchar")
+    con.execute("alter table ingest.runs add column if not exists snapshot_status varchar")
+
+
+def _record_snapshot(con: duckdb.DuckDBPyConnection, run_id: str, version: str | None, status: str) -> None:
+    from dagster_project.state import record_run
+
+    record_run(con, run_id, mode="incremental", status="success")
+    con.execute("update ingest.runs set snapshot = ?, snapshot_status = ? where run_id = ?", [version, status, run_id])
+
+
+# ---------------------------------------------------------------------------------------------
+# Links, legacy layouts, retention
+# ---------------------------------------------------------------------------------------------
+
+def ensure_links(export_dir: Path, warehouse: Path) -> None:
+    """``training``/``analytics`` -> ``current/…`` and the warehouse -> ``current/warehouse.duckdb``.
+
+    A legacy layout (real directories, a regular warehouse file) is moved aside once: the
+    warehouse by one atomic rename; a directory is renamed into ``.snapshots/.legacy-*`` and the
+    link put in its place right after (a directory cannot be replaced atomically by a link).
+    """
+    export_dir = Path(os.path.abspath(export_dir))
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    for name in ("training", "analytics"):
+        _point(export_dir / name, f"{CURRENT}/{name}", export_dir / SNAPSHOTS / f".legacy-{stamp}-{name}")
+    warehouse = Path(os.path.abspath(warehouse))
+    warehouse.parent.mkdir(parents=True, exist_ok=True)
+    target = os.path.relpath(export_dir / CURRENT / WAREHOUSE_FILE, warehouse.parent)
+    _point(warehouse, target, None)
+
+
+def _point(link: Path, target: str, aside: Path | None) -> None:
+    if link.is_symlink() and os.readlink(link) == target:
+        return
+    tmp = link.with_name(f".{link.name}.link-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    if link.is_dir() and not link.is_symlink():
+        os.rename(link, aside or link.with_name(f".{link.name}.legacy"))
+    os.replace(tmp, link)
+    fsync_dir(link.parent)
+
+
+def prune(export_dir: Path, keep: int) -> list[str]:
+    """Keep the newest ``keep`` snapshots (never deleting the current one); drop unused objects."""
+    snaps = snapshots_dir(export_dir)
+    current = current_version(export_dir)
+    removed = []
+    for version in _versions(snaps)[max(keep, 1):]:
+        if version != current:
+            shutil.rmtree(snaps / version, ignore_errors=True)
+            removed.append(version)
+    for obj in (snaps / OBJECTS).glob("*.parquet"):
+        if obj.stat().st_nlink <= 1:  # no snapshot links it any more
+            obj.unlink(missing_ok=True)
+    return removed
+
+
+def _versions(snaps: Path) -> list[str]:
+    if not snaps.exists():
+        return []
+    return sorted((p.name for p in snaps.iterdir() if p.is_dir() and not p.name.startswith(".")), reverse=True)
+
+
+def _remove_leftovers(export_dir: Path) -> None:
+    """What killed publishes left: temp objects and links, snapshots that were never committed."""
+    snaps = export_dir / SNAPSHOTS
+    current = current_version(export_dir)
+    for version in _versions(snaps):
+        # Versions are creation times: one newer than ``current`` never became current. Without a
+        # ``current`` link only manifest-less (half-built) directories are surely leftovers.
+        if (version > current) if current else not (snaps / version / MANIFEST).exists():
+            shutil.rmtree(snaps / version, ignore_errors=True)
+    for tmp in (snaps / OBJECTS).glob(".tmp-*"):
+        tmp.unlink(missing_ok=True)
+    for link in export_dir.glob(f".{CURRENT}.link-*"):
+        link.unlink(missing_ok=True)
+
+
+def _known_objects(snaps: Path) -> dict[str, str]:
+    known = {}
+    for version in _versions(snaps):
+        try:
+            manifest = json.loads((snaps / version / MANIFEST).read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+        for entry in manifest.get("datasets", {}).values():
+            for f in entry.get("files", []):
+                known.setdefault(f["object"], f["sha256"])
+    return known
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        shutil.copyfile(source, target)  # no hard links here: a copy is as immutable, just bigger
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fault_hook(hook: Hook | None) -> Hook:
+    """``FLYWHEEL_PUBLISH_FAULT=kill:<stage>`` SIGKILLs, ``enospc:<stage>`` raises ENOSPC (tests)."""
+    fault = os.environ.get(FAULT_ENV, "")
+    action, _, at = fault.partition(":")
+
+    def run(stage: str) -> None:
+        if hook is not None:
+            hook(stage)
+        if stage == at and action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if stage == at and action == "enospc":
+            raise OSError(errno.ENOSPC, f"No space left on device (injected at {stage})")
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: status, verification
+# ---------------------------------------------------------------------------------------------
+
+def list_snapshots(export_dir: Path) -> list[dict]:
+    """Kept snapshots, newest first: version, path, current, run_id, created_at, datasets, rows."""
+    snaps = snapshots_dir(export_dir)
+    current = current_version(export_dir)
+    out = []
+    for version in _versions(snaps):
+        manifest = read_manifest(export_dir, version) or {}
+        shared = {p: d for p, d in manifest.get("datasets", {}).items() if d.get("kind") != "internal"}
+        out.append({"version": version, "path": str(snaps / version), "current": version == current,
+                    "run_id": manifest.get("run_id"), "created_at": manifest.get("created_at"),
+                    "datasets": len(shared), "rows": sum(d.get("rows", 0) for d in shared.values()),
+                    "validation": (manifest.get("validation") or {}).get("status")})
+    return out
+
+
+def status(export_dir: Path) -> dict:
+    """What ``flywheel status`` shows about publishing (data only; the CLI renders it)."""
+    snapshots = list_snapshots(export_dir)
+    manifest = read_manifest(export_dir) or {}
+    return {"current": current_version(export_dir), "export_dir": str(Path(os.path.abspath(export_dir))),
+            "snapshots": snapshots,
+            "datasets": [{"dataset": p, "rows": d["rows"], "files": len(d["files"]),
+                          "excluded_rows": d.get("excluded_rows", 0),
+                          "validation": (d.get("validation") or {}).get("status")}
+                         for p, d in sorted(manifest.get("datasets", {}).items()) if d.get("kind") != "internal"]}
+
+
+def verify_snapshot(export_dir: Path, version: str | None = None) -> dict:
+    """Every file matches its manifest hash and every warehouse view reads; returns the manifest."""
+    from dagster_project.publishing.parquet import sha256_file
+
+    version = version or current_version(export_dir)
+    manifest = read_manifest(export_dir, version)
+    if manifest is None:
+        raise PublishError(f"{export_dir}: snapshot {version} has no readable manifest")
+    snap = snapshots_dir(export_dir) / version
+    for path, entry in manifest["datasets"].items():
+        names = sorted(p.name for p in (snap / path).iterdir())
+        if names != sorted(f["name"] for f in entry["files"]):
+            raise PublishError(f"{snap / path}: files {names} differ from the manifest")
+        for f in entry["files"]:
+            if sha256_file(snap / path / f["name"]) != f["sha256"]:
+                raise PublishError(f"{snap / path / f['name']}: content differs from the manifest")
+    verify_warehouse(snap / WAREHOUSE_FILE, {d["table"]: d["rows"] for d in manifest["datasets"].values()})
+    return manifest
+
+
+def run_outcome(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str | None, str | None]:
+    """(snapshot, snapshot_status) that the run recorded in ``ingest.runs``."""
+    try:
+        row = con.execute("select snapshot, snapshot_status from ingest.runs where run_id = ?", [run_id]).fetchone()
+    except duckdb.Error:
+        return None, None
+    return (row[0], row[1]) if row else (None, None)
+
+
+def describe_run(settings, run_id: str) -> str:
+    """One line for the CLI: which snapshot the run published, or that it published nothing."""
+    try:
+        con = duckdb.connect(str(settings.state_db), read_only=True)
+    except duckdb.Error:
+        return ""
+    try:
+        version, outcome = run_outcome(con, run_id)
+    finally:
+        con.close()
+    path = snapshots_dir(settings.export_dir) / version if version else None
+    if outcome == "unchanged":
+        return f"Nothing changed since snapshot {version}: nothing published."
+    if outcome == "published":
+        return f"Published snapshot {version} ({path}); {settings.export_dir / CURRENT} points to it."
+    return "No snapshot published by this run."

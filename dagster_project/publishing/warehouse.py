@@ -1,0 +1,72 @@
+"""The analyst warehouse of a snapshot: a small DuckDB file of views over its Parquet files.
+
+Views name the snapshot's files by absolute path, so a connection keeps reading the snapshot it
+opened even after newer ones are published (until retention deletes it). Each table's and
+column's ``COMMENT`` in the state database is carried over to its view. Every view is read once
+before the snapshot can become current: a view that does not read fails the publish, not the
+analyst.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from dagster_project.publishing.parquet import fsync_file, lit, q
+
+
+def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[str, tuple[list[Path], int]]) -> int:
+    """Write ``path`` with one view per ``schema.table`` -> (files, expected rows); returns bytes."""
+    comments = _comments(state)
+    path.unlink(missing_ok=True)
+    con = duckdb.connect(str(path))
+    try:
+        for table, (files, _) in sorted(views.items()):
+            schema, name = table.split(".", 1)
+            con.execute(f"create schema if not exists {q(schema)}")
+            listing = "[" + ", ".join(lit(f.resolve()) for f in files) + "]"
+            con.execute(f"create view {q(schema)}.{q(name)} as select * from read_parquet({listing})")
+            table_comment, column_comments = comments.get(table, (None, {}))
+            if table_comment:
+                con.execute(f"comment on view {q(schema)}.{q(name)} is {lit(table_comment)}")
+            present = {r[0] for r in con.execute(f"describe {q(schema)}.{q(name)}").fetchall()}
+            for column, text in column_comments.items():
+                if column in present:  # a pseudonymised column is renamed in the published data
+                    con.execute(f"comment on column {q(schema)}.{q(name)}.{q(column)} is {lit(text)}")
+        con.execute("checkpoint")
+    finally:
+        con.close()
+    verify_warehouse(path, {t: rows for t, (_, rows) in views.items()})
+    fsync_file(path)
+    return path.stat().st_size
+
+
+def verify_warehouse(path: Path, expected: dict[str, int]) -> None:
+    """Open read-only and read every view; its row count must be the manifest's."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        for table, rows in expected.items():
+            schema, name = table.split(".", 1)
+            try:
+                got = con.execute(f"select count(*) from {q(schema)}.{q(name)}").fetchone()[0]
+            except duckdb.Error as exc:
+                raise RuntimeError(f"{path}: view {table} does not read ({exc}); not publishing") from exc
+            if got != rows:
+                raise RuntimeError(f"{path}: view {table} reads {got} rows, expected {rows}; not publishing")
+    finally:
+        con.close()
+
+
+def _comments(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str | None, dict[str, str]]]:
+    out: dict[str, tuple[str | None, dict[str, str]]] = {}
+    for schema, name, comment in con.execute(
+            "select schema_name, table_name, comment from duckdb_tables() "
+            "where database_name = current_database() and not temporary").fetchall():
+        out[f"{schema}.{name}"] = (comment, {})
+    for schema, name, column, comment in con.execute(
+            "select schema_name, table_name, column_name, comment from duckdb_columns() "
+            "where database_name = current_database() and comment is not null and comment <> ''").fetchall():
+        if f"{schema}.{name}" in out:
+            out[f"{schema}.{name}"][1][column] = comment
+    return out

@@ -66,7 +66,7 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
     """One line for the run (and each failure once, short, with its step; the stack with -v)."""
     if not result.success:
         console.print(f"[red bold]Run {result.run_id} ({result.mode}) failed[/] after {elapsed:.1f} s; "
-                      f"the published warehouse is unchanged")
+                      f"the published warehouse is unchanged", soft_wrap=True)
         for step, message in result.failures:
             console.print(f"[red]✗ {step}:[/] {message}", highlight=False, soft_wrap=True)
         if VERBOSE["on"]:
@@ -75,7 +75,7 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
         else:
             console.print("[dim](run with -v for the full traceback)[/]")
         raise typer.Exit(1)
-    console.print(f"[green bold]Run {result.run_id} ({result.mode}) succeeded[/] in {elapsed:.1f} s")
+    console.print(f"[green bold]Run {result.run_id} ({result.mode}) succeeded[/] in {elapsed:.1f} s", soft_wrap=True)
     _print_status(settings, run_id=result.run_id)
 
 

@@ -122,7 +122,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
     warnings = preflight(settings)
     if console is not None:
         for warning in warnings:
-            console.print(f"[yellow]warning[/] {warning}", highlight=False)
+            console.print(f"[yellow]warning[/] {warning}", highlight=False, soft_wrap=True)
     job = load_definitions().resolve_job_def("flywheel_job")
     if selection:
         job = job.get_subset(asset_selection={dg.AssetKey.from_user_string(s) for s in selection})

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -11,6 +14,12 @@ import pytest
 
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+# Test runs go to a throwaway Dagster instance, never the project's .dagster_home (the UI's
+# history), even under `make test`, which exports DAGSTER_HOME for the other targets.
+_DAGSTER_HOME = tempfile.mkdtemp(prefix="flywheel-test-dagster-")
+Path(_DAGSTER_HOME, "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+os.environ["DAGSTER_HOME"] = _DAGSTER_HOME
+atexit.register(shutil.rmtree, _DAGSTER_HOME, True)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SAMPLES = SHARED / "samples"

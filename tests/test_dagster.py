@@ -110,3 +110,16 @@ def test_dg_check_defs_passes():
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "All definitions loaded successfully" in proc.stdout + proc.stderr
+
+
+def test_bad_settings_fail_an_asset_with_one_clean_message(lake, monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_EVAL_FRACTION", "2")
+    defs, keys = ingest_and_staging_assets()
+    asset = next(a for a in defs.assets if dg.AssetKey(["ingest", "interactions"]) in a.keys)
+    result = dg.materialize([asset], resources={"flywheel": resource_for(lake)}, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_failure_data.user_failure_data.description == (
+        "bad settings: FLYWHEEL_EVAL_FRACTION='2' is not valid: use a number from 0 up to (not including) 1, "
+        "e.g. FLYWHEEL_EVAL_FRACTION=0.05")
+    assert not lake.state_dir.exists()

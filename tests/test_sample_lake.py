@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import replace
+
+import pytest
 
 from conftest import PROJECT, ingest, rows
 from dagster_project.ingest import check_accounting
@@ -59,3 +62,32 @@ def test_real_signal_rows_match_the_shared_sample():
 
     sample = SAMPLES / "energyflow-cosmology" / "feedback_buffer.jsonl"
     assert sample.read_text().splitlines() == REAL_SIGNAL_ROWS
+
+
+@pytest.mark.slow
+def test_make_run_as_of_populates_every_mart_and_piped_progress_has_a_line_per_step(tmp_path):
+    """`make run`'s as-of date fits the sample: no mart is empty; piped output lists every step."""
+    import re
+    import subprocess
+    import sys
+
+    import duckdb
+
+    as_of = re.search(r"^SAMPLE_AS_OF := (\S+)$", (PROJECT / "Makefile").read_text(), re.M).group(1)
+    env = {**os.environ, "FLYWHEEL_RAW_DIR": str(RAW), "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+           "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"), "FLYWHEEL_AS_OF": as_of}
+    proc = subprocess.run([sys.executable, "-m", "dagster_project.cli", "run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    steps = re.findall(r"^\[\s*(\d+)/(\d+)\] ✓ (\S+) \d+\.\d s", proc.stderr, re.M)
+    total = int(steps[0][1])
+    assert [int(n) for n, _, _ in steps] == list(range(1, total + 1)) and total > 40
+    assert re.search(r"^\[\s*\d+/\d+\] ✓ ingest/interactions \d+\.\d s  files 110, lines 3,032, loaded 3,021, "
+                     r"quarantined 9$", proc.stderr, re.M)
+    assert re.search(r"✓ staging/interactions \d+\.\d s  rows 3,000$", proc.stderr, re.M)
+    assert f"as-of={as_of}" in proc.stderr and "(incremental) succeeded" in proc.stderr
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    marts = [t for (t,) in con.execute("select table_name from duckdb_tables() where schema_name = 'marts'").fetchall()]
+    assert {"session_satisfaction", "promotion_candidates"} <= set(marts)
+    empty = [t for t in marts if con.execute(f"select count(*) from marts.{t}").fetchone()[0] == 0]
+    assert empty == []

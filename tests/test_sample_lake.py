@@ -91,3 +91,16 @@ def test_make_run_as_of_populates_every_mart_and_piped_progress_has_a_line_per_s
     assert {"session_satisfaction", "promotion_candidates"} <= set(marts)
     empty = [t for t in marts if con.execute(f"select count(*) from marts.{t}").fetchone()[0] == 0]
     assert empty == []
+    # the warning a missing description would give, and the comments themselves in the state database
+    assert "no description in dagster_project/catalog.py" not in proc.stderr
+    con.close()
+    state = duckdb.connect(str(tmp_path / ".flywheel" / "state.duckdb"), read_only=True)
+    undescribed_tables = state.execute("select schema_name || '.' || table_name from duckdb_tables() "
+                                       "where not internal and (comment is null or comment = '')").fetchall()
+    undescribed_columns = state.execute("select schema_name || '.' || table_name || '.' || column_name "
+                                        "from duckdb_columns() where not internal and (comment is null or comment = '')").fetchall()
+    assert (undescribed_tables, undescribed_columns) == ([], [])
+    assert state.execute("select comment from duckdb_columns() where schema_name = 'exports' and table_name = 'sft' "
+                         "and column_name = 'line_number'").fetchall() == [
+        ("Provenance: 1-based line in the raw file (SQLite: the row's insertion order).",)]
+    assert state.execute("select count(*) from duckdb_tables() where schema_name = 'raw'").fetchone()[0] == 9

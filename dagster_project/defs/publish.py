@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from dagster_project.catalog import apply_comments
 from dagster_project.metadata import markdown_table
 from dagster_project.resources import FlywheelResource
 from dagster_project.defs.exports import PUBLISHED_KEYS
@@ -31,6 +32,10 @@ def warehouse(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> 
     settings = flywheel.settings()
     with flywheel.state() as con:
         record_run(con, context.run_id, mode="incremental", status="success")
+        # Tables are rebuilt every run (losing their comments): describe them just before publishing.
+        undescribed = apply_comments(con)
+        if undescribed:
+            context.log.warning(f"no description in dagster_project/catalog.py for: {', '.join(undescribed)}")
         tables = markdown_table(con, "select schema_name || '.' || table_name as table_name, estimated_size as rows "
                                      "from duckdb_tables() where schema_name not in ('raw') order by 1")
         # New file beside the warehouse (checkpointed copy of the state), fsync, os.replace.

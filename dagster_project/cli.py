@@ -62,6 +62,23 @@ def _check_source(con: duckdb.DuckDBPyConnection, source: str | None) -> None:
         fail(f"--source {source}: no such source; known: {', '.join(sorted(known))}")
 
 
+def _run(settings: Settings, **kwargs):
+    """run_pipeline, with what can go wrong before the first step as one line each."""
+    from dagster_project.pipeline import run_pipeline
+    from dagster_project.state import WarehouseBusy
+
+    try:
+        return run_pipeline(settings, verbose=VERBOSE["on"], **kwargs)
+    except SettingsError as exc:
+        fail(exc.problems)
+    except WarehouseBusy as exc:
+        fail(str(exc), 1)
+    except duckdb.IOException as exc:
+        first = str(exc).strip().splitlines()[0]
+        fail(f"{settings.state_db}: cannot open the state database, another process holds it ({first}); "
+             "close that connection and run again", 1)
+
+
 def _print_result(result, settings: Settings, elapsed: float) -> None:
     """One line for the run (and each failure once, short, with its step; the stack with -v)."""
     if not result.success:
@@ -95,18 +112,12 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
 ) -> None:
     """Run the whole pipeline in-process (ingest → staging → marts → exports → publish)."""
-    from dagster_project.pipeline import run_pipeline
-
     settings = _settings()
     console.print(f"[bold]Flywheel Lake[/] raw={settings.raw_dir} warehouse={settings.warehouse}"
                   f"{' as-of=' + settings.as_of.isoformat() if settings.as_of else ''}"
                   f"{' [yellow](full refresh)[/]' if full_refresh else ''}", highlight=False, soft_wrap=True)
     started = time.perf_counter()
-    try:
-        result = run_pipeline(settings, full_refresh=full_refresh, console=None if quiet else console,
-                              verbose=VERBOSE["on"])
-    except SettingsError as exc:
-        fail(exc.problems)
+    result = _run(settings, full_refresh=full_refresh, console=None if quiet else console)
     _print_result(result, settings, time.perf_counter() - started)
 
 
@@ -249,8 +260,6 @@ def quarantine_replay(
 ) -> None:
     """Re-read the files that have quarantined lines, e.g. after a sources-file fix (time zone,
     globs) — their rows and quarantine are rebuilt from the raw bytes; nothing is double counted."""
-    from dagster_project.pipeline import run_pipeline
-
     settings = _settings()
     con = _reader(settings)
     _check_source(con, source)
@@ -262,10 +271,7 @@ def quarantine_replay(
         return
     console.print(f"replaying {len(paths):,} files with quarantined lines")
     started = time.perf_counter()
-    try:
-        result = run_pipeline(settings, replay=paths, console=console, verbose=VERBOSE["on"])
-    except SettingsError as exc:
-        fail(exc.problems)
+    result = _run(settings, replay=paths, console=console)
     _print_result(result, settings, time.perf_counter() - started)
 
 

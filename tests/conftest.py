@@ -19,6 +19,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 _DAGSTER_HOME = tempfile.mkdtemp(prefix="flywheel-test-dagster-")
 Path(_DAGSTER_HOME, "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
 os.environ["DAGSTER_HOME"] = _DAGSTER_HOME
+os.environ["FLYWHEEL_DAGSTER_EPHEMERAL"] = "1"  # and `flywheel run` keeps its runs in memory (faster)
 atexit.register(shutil.rmtree, _DAGSTER_HOME, True)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

@@ -103,6 +103,7 @@ def test_sensor_requests_runs_only_when_files_appear_or_grow(lake):
         assert len(grown.run_requests) == 1
 
 
+@pytest.mark.slow
 def test_dg_check_defs_passes():
     env = {**os.environ, "DAGSTER_HOME": str(PROJECT / ".dagster_home"), "DAGSTER_DISABLE_TELEMETRY": "yes"}
     dg_bin = os.path.join(os.path.dirname(sys.executable), "dg")

@@ -42,6 +42,16 @@ class FlywheelResource(dg.ConfigurableResource):
         }
         return replace(base, **changes)
 
+    def checked_settings(self) -> Settings:
+        """``settings()`` after the pre-run checks (a missing raw root fails the step, rather than
+        marking every known file missing)."""
+        settings = self.settings()
+        try:
+            settings.preflight()
+        except SettingsError as exc:
+            raise dg.Failure(description=f"bad settings: {exc}", allow_retries=False) from None
+        return settings
+
     def sources(self) -> dict[str, SourceSpec]:
         return load_sources(self.settings().sources_file)
 

@@ -124,3 +124,21 @@ def test_bad_settings_fail_an_asset_with_one_clean_message(lake, monkeypatch):
         "bad settings: FLYWHEEL_EVAL_FRACTION='2' is not valid: use a number from 0 up to (not including) 1, "
         "e.g. FLYWHEEL_EVAL_FRACTION=0.05")
     assert not lake.state_dir.exists()
+
+
+def test_a_missing_raw_root_fails_the_ingest_step_and_marks_no_file_missing(lake, tmp_path):
+    from dataclasses import replace
+
+    import duckdb
+
+    defs, keys = ingest_and_staging_assets()
+    asset = next(a for a in defs.assets if dg.AssetKey(["ingest", "interactions"]) in a.keys)
+    assert dg.materialize([asset], resources={"flywheel": resource_for(lake)}).success
+    gone = replace(lake, raw_dir=tmp_path / "unmounted")
+    result = dg.materialize([asset], resources={"flywheel": resource_for(gone)}, raise_on_error=False)
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_failure_data.user_failure_data.description.startswith(
+        f"bad settings: FLYWHEEL_RAW_DIR={tmp_path / 'unmounted'} does not exist")
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    assert con.execute("select count(*), count(*) filter (where status = 'missing') from ingest.files").fetchall() == [
+        (1, 0)]

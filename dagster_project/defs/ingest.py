@@ -38,7 +38,7 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     )
     def _ingest(context: dg.AssetExecutionContext, config: IngestConfig,
                 flywheel: FlywheelResource) -> dg.MaterializeResult:
-        settings = flywheel.settings()
+        settings = flywheel.checked_settings()
         live_spec = flywheel.sources().get(spec.name)
         with flywheel.state() as con:
             if live_spec is None:

@@ -118,6 +118,9 @@ def run(
                   f"{' [yellow](full refresh)[/]' if full_refresh else ''}", highlight=False, soft_wrap=True)
     started = time.perf_counter()
     result = _run(settings, full_refresh=full_refresh, console=None if quiet else console)
+    if quiet:  # no progress, but warnings are never silent
+        for warning in result.warnings:
+            console.print(f"[yellow]warning[/] {warning}", highlight=False, soft_wrap=True)
     _print_result(result, settings, time.perf_counter() - started)
 
 

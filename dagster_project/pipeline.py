@@ -155,22 +155,30 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
     for event in result.all_events:
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
-            failures.append((event.step_key or "?", short_error(error)))
+            failures.append((event.step_key or "?", short_error(event.step_failure_data)))
             traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
     if not result.success:
-        mark_failed(settings, run_id, "; ".join(f"{step}: {msg}" for step, msg in failures), mode=mode)
+        mark_failed(settings, run_id, "; ".join(f"{step}: {msg.splitlines()[0] if msg else ''}"
+                                                for step, msg in failures), mode=mode)
     return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
                           mode=mode, warnings=warnings)
 
 
-def short_error(error) -> str:
-    """The innermost cause's first line: what went wrong, without Dagster's wrapping."""
-    if error is None:
-        return "unknown error"
-    while error.cause is not None:
+# Dagster's wrappers around the user's exception: their text says nothing the step name doesn't.
+WRAPPERS = {"DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError",
+            "DagsterExecutionHandleOutputError", "DagsterExecutionLoadInputError"}
+
+
+def short_error(failure_data) -> str:
+    """What went wrong in a step, without Dagster's wrapping: a ``Failure``'s description, else the
+    first non-wrapper exception's message (the user's exception, with its detail lines)."""
+    user = getattr(failure_data, "user_failure_data", None)
+    if user is not None and user.description:
+        return user.description.strip()
+    error = failure_data.error if failure_data else None
+    while error is not None and error.cls_name in WRAPPERS and error.cause is not None:
         error = error.cause
-    lines = [line for line in error.message.strip().splitlines() if line.strip()]
-    return lines[0] if lines else error.cls_name or "unknown error"
+    return error.message.strip() if error is not None else "unknown error"
 
 
 def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "incremental") -> None:

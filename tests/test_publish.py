@@ -31,6 +31,7 @@ def manifests(settings) -> dict[str, dict]:
             for p in sorted(settings.export_dir.glob("*/*")) if not p.name.startswith(".")}
 
 
+@pytest.mark.slow
 def test_full_run_publishes_every_dataset_and_hf_datasets_reads_them(lake, tmp_path, monkeypatch):
     result = run_pipeline(lake)
     assert result.success, result.failures
@@ -64,6 +65,7 @@ def test_full_run_publishes_every_dataset_and_hf_datasets_reads_them(lake, tmp_p
     con.close()
 
 
+@pytest.mark.slow
 def test_a_failing_blocking_expectation_keeps_the_previous_version(lake):
     first = run_pipeline(lake)
     assert first.success, first.failures
@@ -90,6 +92,7 @@ def test_a_failing_blocking_expectation_keeps_the_previous_version(lake):
     con.close()
 
 
+@pytest.mark.slow
 def test_bad_staging_blocks_everything_downstream(lake):
     assert run_pipeline(lake).success
     published = lake.warehouse.stat().st_mtime_ns
@@ -102,6 +105,7 @@ def test_bad_staging_blocks_everything_downstream(lake):
     assert lake.warehouse.stat().st_mtime_ns == published  # the analyst warehouse was not replaced
 
 
+@pytest.mark.slow
 def test_an_analyst_holding_the_warehouse_open_never_blocks_a_run(lake, tmp_path):
     assert run_pipeline(lake).success
     ready = tmp_path / "ready"
@@ -126,6 +130,7 @@ print(con.execute("select count(*) from ingest.runs").fetchall()[0][0])
         reader.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_publish_leaves_the_last_version_and_rerun_hashes_match(lake, tmp_path):
     assert run_pipeline(lake).success
     before = manifests(lake)

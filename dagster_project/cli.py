@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import duckdb
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dagster_project.settings import Settings, SettingsError
@@ -40,7 +41,7 @@ def main_options(
 def fail(lines: list[str] | str, code: int = 2) -> None:
     """Print each problem on one line (no traceback) and exit non-zero."""
     for line in [lines] if isinstance(lines, str) else lines:
-        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -85,10 +86,10 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
         console.print(f"[red bold]Run {result.run_id} ({result.mode}) failed[/] after {elapsed:.1f} s; "
                       f"the published warehouse is unchanged", soft_wrap=True)
         for step, message in result.failures:
-            console.print(f"[red]✗ {step}:[/] {message}", highlight=False, soft_wrap=True)
+            console.print(f"[red]✗ {step}:[/] {escape(message)}", highlight=False, soft_wrap=True)
         if VERBOSE["on"]:
             for step, trace in result.traces:
-                console.print(f"[dim]{step}[/]\n{trace}", highlight=False, markup=False)
+                console.print(f"{step}:\n{trace}", highlight=False, markup=False, soft_wrap=True)
         else:
             console.print("[dim](run with -v for the full traceback)[/]")
         raise typer.Exit(1)
@@ -120,7 +121,7 @@ def run(
     result = _run(settings, full_refresh=full_refresh, console=None if quiet else console)
     if quiet:  # no progress, but warnings are never silent
         for warning in result.warnings:
-            console.print(f"[yellow]warning[/] {warning}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
     _print_result(result, settings, time.perf_counter() - started)
 
 

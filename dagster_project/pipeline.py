@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+from rich.markup import escape
 
 from dagster_project import progress
 from dagster_project.settings import PROJECT_ROOT, Settings
@@ -124,7 +125,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
     warnings = preflight(settings)
     if console is not None:
         for warning in warnings:
-            console.print(f"[yellow]warning[/] {warning}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
     job = load_definitions().resolve_job_def("flywheel_job")
     if selection:
         job = job.get_subset(asset_selection={dg.AssetKey.from_user_string(s) for s in selection})

@@ -12,6 +12,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from rich.markup import escape
+
 _listeners: list[Callable[[str], None]] = []
 
 
@@ -91,7 +93,7 @@ class StepProgress:
             # Warnings the steps log for the user (e.g. a generated pseudonym key, a source
             # whose globs match nothing); Dagster's own console logger is silenced.
             if record.level >= logging.WARNING and record.user_message:
-                self._print(f"[yellow]warning[/] {record.step_key or ''}: {record.user_message}")
+                self._print(f"[yellow]warning[/] {record.step_key or ''}: {escape(record.user_message)}")
             return
         step = record.step_key or ""
         kind = event.event_type_value

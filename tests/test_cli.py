@@ -142,6 +142,12 @@ def test_wrong_settings_are_refused_before_anything_is_touched(ran, tmp_path, mo
     assert result.exit_code == 2
     assert result.output.splitlines()[1:] == [
         f"error: FLYWHEEL_SOURCES: {bad}: sources.interactions.time_zone: unknown time zone 'Mars/Olympus'"]
+    # text in brackets is printed as it is (not taken for console markup)
+    bad.write_text("sources:\n  interactions: {globs: [x], colour: red}\n")
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 2 and result.output.splitlines()[1:] == [
+        f"error: FLYWHEEL_SOURCES: {bad}: sources.interactions: unknown keys ['colour']; "
+        "allowed: ['enabled', 'globs', 'time_zone']"]
     # a missing raw root is refused (no file is marked missing)
     monkeypatch.delenv("FLYWHEEL_SOURCES")
     monkeypatch.setenv("FLYWHEEL_RAW_DIR", str(tmp_path / "gone"))

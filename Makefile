@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export DAGSTER_DISABLE_TELEMETRY := yes
 export GX_ANALYTICS_ENABLED := false
 
-.PHONY: install run test ui bench check clean
+.PHONY: install run test test-fast ui bench check clean
 
 install: $(STAMP)
 
@@ -19,11 +19,24 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
+# The bundled sample lake's newest record is from 2026-04-02: `make run` runs it as of the next
+# day, so the 180-day rating retention and the 30-day signal decay leave every mart populated
+# whatever today's date. Only when neither FLYWHEEL_AS_OF nor FLYWHEEL_RAW_DIR is set.
+SAMPLE_AS_OF := 2026-04-03
+
 run: install  ## run the whole pipeline on the bundled sample lake in data/raw
+	@if [ -z "$$FLYWHEEL_AS_OF" ] && [ -z "$$FLYWHEEL_RAW_DIR" ]; then export FLYWHEEL_AS_OF=$(SAMPLE_AS_OF); fi; \
 	$(BIN)/flywheel run
 
-test: install  ## the test suite (CI runs exactly this)
-	$(BIN)/python -m pytest -q
+# Two workers, a test file per worker at a time (module fixtures run once): measured 78 s against
+# 108 s serial for test_cli, test_training, test_signals and test_dagster on the shared 2-core box.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+test: install  ## the whole test suite, slow end-to-end tests included (CI runs exactly this)
+	$(PYTEST)
+
+test-fast: install  ## the test suite without the tests marked slow (for development)
+	$(PYTEST) -m "not slow"
 
 ui: install  ## the Dagster UI on http://127.0.0.1:3000
 	$(BIN)/dg dev --host 127.0.0.1 --port 3000

@@ -13,9 +13,10 @@ from typing import Annotated, Optional
 import duckdb
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from dagster_project.settings import Settings
+from dagster_project.settings import Settings, SettingsError
 
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -27,6 +28,76 @@ app.add_typer(quarantine_app, name="quarantine")
 console = Console(stderr=True)
 # Piped output (CI logs, files) gets room for the tables instead of rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
+VERBOSE = {"on": False}
+
+
+@app.callback()
+def main_options(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show full tracebacks of failed steps.")] = False,
+) -> None:
+    VERBOSE["on"] = verbose
+
+
+def fail(lines: list[str] | str, code: int = 2) -> None:
+    """Print each problem on one line (no traceback) and exit non-zero."""
+    for line in [lines] if isinstance(lines, str) else lines:
+        console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        fail(exc.problems)
+
+
+def _check_source(con: duckdb.DuckDBPyConnection, source: str | None) -> None:
+    """``--source nosuch`` is a typo, not an empty result: name the sources there are."""
+    if source is None:
+        return
+    from dagster_project.sources import builtin_sources
+
+    known = set(builtin_sources()) | {r[0] for r in con.execute("select distinct source from ingest.files").fetchall()}
+    if source not in known:
+        fail(f"--source {source}: no such source; known: {', '.join(sorted(known))}")
+
+
+def _run(settings: Settings, **kwargs):
+    """run_pipeline, with what can go wrong before the first step as one line each."""
+    from dagster_project.pipeline import run_pipeline
+    from dagster_project.state import WarehouseBusy
+
+    try:
+        return run_pipeline(settings, verbose=VERBOSE["on"], **kwargs)
+    except SettingsError as exc:
+        fail(exc.problems)
+    except WarehouseBusy as exc:
+        fail(str(exc), 1)
+    except duckdb.IOException as exc:
+        first = str(exc).strip().splitlines()[0]
+        fail(f"{settings.state_db}: cannot open the state database, another process holds it ({first}); "
+             "close that connection and run again", 1)
+
+
+def _print_result(result, settings: Settings, elapsed: float) -> None:
+    """One line for the run (and each failure once, short, with its step; the stack with -v)."""
+    if not result.success:
+        console.print(f"[red bold]Run {result.run_id} ({result.mode}) failed[/] after {elapsed:.1f} s; "
+                      f"the current snapshot (warehouse and exports) is unchanged", soft_wrap=True)
+        for step, message in result.failures:
+            console.print(f"[red]✗ {step}:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        if VERBOSE["on"]:
+            for step, trace in result.traces:
+                console.print(f"{step}:\n{trace}", highlight=False, markup=False, soft_wrap=True)
+        else:
+            console.print("[dim](run with -v for the full traceback)[/]")
+        raise typer.Exit(1)
+    console.print(f"[green bold]Run {result.run_id} ({result.mode}) succeeded[/] in {elapsed:.1f} s", soft_wrap=True)
+    from dagster_project.publishing.snapshot import describe_run
+
+    console.print(describe_run(settings, result.run_id), highlight=False, soft_wrap=True)
+    _print_status(settings, run_id=result.run_id)
 
 
 def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
@@ -48,34 +119,26 @@ def run(
     allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Publish a dataset that became empty (FLYWHEEL_ALLOW_EMPTY=1).")] = False,
 ) -> None:
     """Run the whole pipeline in-process (ingest → staging → marts → exports → publish)."""
-    from dagster_project.pipeline import run_pipeline
-
-    settings = Settings.from_env()
+    settings = _settings()
     if allow_empty:
         from dataclasses import replace
 
         settings = replace(settings, allow_empty=True)
     console.print(f"[bold]Flywheel Lake[/] raw={settings.raw_dir} warehouse={settings.warehouse}"
-                  f"{' [yellow](full refresh)[/]' if full_refresh else ''}")
+                  f"{' as-of=' + settings.as_of.isoformat() if settings.as_of else ''}"
+                  f"{' [yellow](full refresh)[/]' if full_refresh else ''}", highlight=False, soft_wrap=True)
     started = time.perf_counter()
-    result = run_pipeline(settings, full_refresh=full_refresh, console=None if quiet else console)
-    elapsed = time.perf_counter() - started
-    if not result.success:
-        console.print(f"[red bold]Run {result.run_id} failed[/] after {elapsed:.1f} s")
-        for step, message in result.failures:
-            console.print(f"[red]✗ {step}[/]\n{message}")
-        raise typer.Exit(1)
-    console.print(f"[green bold]Run {result.run_id} succeeded[/] in {elapsed:.1f} s")
-    from dagster_project.publishing.snapshot import describe_run
-
-    console.print(describe_run(settings, result.run_id))
-    _print_status(settings, run_id=result.run_id)
+    result = _run(settings, full_refresh=full_refresh, console=None if quiet else console)
+    if quiet:  # no progress, but warnings are never silent
+        for warning in result.warnings:
+            console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    _print_result(result, settings, time.perf_counter() - started)
 
 
 @app.command()
 def status() -> None:
     """Per source: files, lines, loaded, quarantined, deferred, last run; kept snapshots."""
-    _print_status(Settings.from_env())
+    _print_status(_settings())
 
 
 def _print_status(settings: Settings, run_id: str | None = None) -> None:
@@ -163,7 +226,8 @@ def quarantine_list(
     limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
 ) -> None:
     """Quarantined lines with file, line, reason and detail."""
-    con = _reader(Settings.from_env())
+    con = _reader(_settings())
+    _check_source(con, source)
     rows = con.execute(
         "select source, path, line_number, byte_offset, reason, detail, raw_text from ingest.quarantine "
         "where ($source is null or source = $source) and ($reason is null or starts_with(reason, $reason)) "
@@ -171,7 +235,8 @@ def quarantine_list(
         {"source": source, "reason": reason, "limit": limit}).fetchall()
     summary = con.execute(
         "select reason, count(*) from ingest.quarantine where ($source is null or source = $source) "
-        "group by all order by 2 desc", {"source": source}).fetchall()
+        "and ($reason is null or starts_with(reason, $reason)) "
+        "group by all order by 2 desc, 1", {"source": source, "reason": reason}).fetchall()
     table = Table(title="Quarantine")
     for col in ("source", "file:line", "offset", "reason", "detail", "raw"):
         table.add_column(col, overflow="fold", no_wrap=col in ("file:line", "reason"))
@@ -189,7 +254,12 @@ def quarantine_export(
     reason: Annotated[Optional[str], typer.Option(help="Only this reason (prefix match).")] = None,
 ) -> None:
     """Write quarantined lines (raw text, reason, file, line, offset) to JSONL or CSV."""
-    con = _reader(Settings.from_env())
+    if destination.suffix not in (".csv", ".jsonl", ".ndjson"):
+        fail(f"{destination}: use a .jsonl or .csv file name")
+    if not destination.parent.is_dir():
+        fail(f"{destination}: directory {destination.parent} does not exist; create it or choose another path")
+    con = _reader(_settings())
+    _check_source(con, source)
     result = con.execute(
         "select source, path, line_number, byte_offset, reason, detail, raw_text, "
         "case when raw_bytes is not null then to_base64(raw_bytes) end as raw_bytes_base64, "
@@ -203,13 +273,10 @@ def quarantine_export(
             writer = csv.writer(fh)
             writer.writerow(names)
             writer.writerows(rows)
-    elif destination.suffix in (".jsonl", ".ndjson"):
+    else:
         with destination.open("w", encoding="utf-8") as fh:
             for row in rows:
                 fh.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
-    else:
-        console.print(f"[red]{destination}: use a .jsonl or .csv file name[/]")
-        raise typer.Exit(2)
     console.print(f"wrote {len(rows):,} quarantined rows to {destination}")
 
 
@@ -219,22 +286,19 @@ def quarantine_replay(
 ) -> None:
     """Re-read the files that have quarantined lines, e.g. after a sources-file fix (time zone,
     globs) — their rows and quarantine are rebuilt from the raw bytes; nothing is double counted."""
-    from dagster_project.pipeline import run_pipeline
-
-    settings = Settings.from_env()
+    settings = _settings()
     con = _reader(settings)
+    _check_source(con, source)
     paths = con.execute("select distinct source, path from ingest.quarantine "
                         "where ($source is null or source = $source)", {"source": source}).fetchall()
     con.close()
     if not paths:
         console.print("nothing quarantined: nothing to replay")
         return
-    result = run_pipeline(settings, replay=paths, console=console)
-    if not result.success:
-        for step, message in result.failures:
-            console.print(f"[red]✗ {step}[/]\n{message}")
-        raise typer.Exit(1)
-    _print_status(settings, run_id=result.run_id)
+    console.print(f"replaying {len(paths):,} files with quarantined lines")
+    started = time.perf_counter()
+    result = _run(settings, replay=paths, console=console)
+    _print_result(result, settings, time.perf_counter() - started)
 
 
 @app.command()
@@ -244,9 +308,21 @@ def synth(
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 7,
     clean: Annotated[bool, typer.Option("--clean/--no-clean", help="Produce no bad-input cases.")] = False,
     manifest: Annotated[Optional[Path], typer.Option(help="Write the expected quarantine here.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Empty a non-empty directory first.")] = False,
 ) -> None:
     """Generate a deterministic synthetic raw lake (the sample lake, or large ones for benchmarks)."""
+    import shutil
+
     from dagster_project.synth import generate_lake
+
+    if root.exists() and not root.is_dir():
+        fail(f"{root} is a file: name a directory")
+    if root.is_dir() and any(root.iterdir()):
+        if not force:
+            fail(f"{root} is not empty: old and new files would mix; choose an empty directory "
+                 f"or pass --force to delete its contents first")
+        for child in root.iterdir():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
 
     summary = generate_lake(root, interactions=interactions, seed=seed, bad_cases=not clean,
                             manifest_path=manifest, progress=lambda m: console.print(m, style="dim"))
@@ -263,7 +339,7 @@ def eval_(
         raise typer.Exit(2)
     from transforms.retrieval import feedback_report
 
-    con = _reader(Settings.from_env())
+    con = _reader(_settings())
     out.print(feedback_report(con), highlight=False)
 
 

@@ -7,11 +7,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
+from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.settings import Settings
+from dagster_project.settings import PROJECT_ROOT, Settings
 from dagster_project.sources import builtin_sources
 from dagster_project.state import state_connection, writer_lock
 from transforms.classify import q
@@ -22,19 +24,53 @@ class PipelineResult:
     run_id: str
     success: bool
     failures: list[tuple[str, str]] = field(default_factory=list)
+    traces: list[tuple[str, str]] = field(default_factory=list)  # (step, full error with stack)
+    mode: str = "incremental"
+    warnings: list[str] = field(default_factory=list)
+
+
+def dagster_home() -> Path | None:
+    """``$DAGSTER_HOME``, else the project's ``.dagster_home``: CLI runs, schedules and UI runs
+    share one history. None (a throwaway instance) outside a checkout without DAGSTER_HOME."""
+    home = os.environ.get("DAGSTER_HOME")
+    if home:
+        return Path(home)
+    default = PROJECT_ROOT / ".dagster_home"
+    return default if (default / "dagster.yaml").is_file() else None
 
 
 def instance() -> dg.DagsterInstance:
-    """The instance of ``$DAGSTER_HOME`` when set (runs show up in the UI), else a throwaway one."""
-    home = os.environ.get("DAGSTER_HOME")
-    if home and os.path.isdir(home):
-        return dg.DagsterInstance.get()
-    return dg.DagsterInstance.ephemeral()
+    home = dagster_home()
+    # FLYWHEEL_DAGSTER_EPHEMERAL=1 (the test suite): an in-memory instance, no history, no
+    # SQLite event log (a run on the sample lake takes about half the time).
+    if home is None or os.environ.get("FLYWHEEL_DAGSTER_EPHEMERAL") == "1":
+        return dg.DagsterInstance.ephemeral()
+    home.mkdir(parents=True, exist_ok=True)
+    return dg.DagsterInstance.from_config(str(home))
 
 
-def run_config(full_refresh: bool) -> dict:
+def run_config(full_refresh: bool, *, verbose: bool = False) -> dict:
     ops = {f"ingest__{name}": {"config": {"full_refresh": full_refresh}} for name in builtin_sources()}
-    return {"ops": ops, "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    # Dagster's console logger prints every failure with its stack, once per step and again in the
+    # summary; the CLI prints each failure once itself (with the stack only when verbose).
+    level = "WARNING" if verbose else "CRITICAL"
+    return {"ops": ops, "loggers": {"console": {"config": {"log_level": level}}}}
+
+
+def source_warnings(settings: Settings) -> list[str]:
+    """One line per enabled source whose globs match no file (its tables will stay empty)."""
+    from dagster_project.ingest import discover
+    from dagster_project.sources import load_sources
+
+    return [f"source {name}: no files match {', '.join(spec.globs)} under {settings.raw_dir}"
+            for name, spec in load_sources(settings.sources_file).items()
+            if not discover(spec, settings.raw_dir)]
+
+
+def preflight(settings: Settings) -> list[str]:
+    """Refuse to start on settings that cannot work (``SettingsError``); return warnings."""
+    settings.preflight(need_raw=True)
+    return source_warnings(settings)
 
 
 def forget_files(settings: Settings, paths: list[tuple[str, str]]) -> None:
@@ -82,26 +118,43 @@ def environment(settings: Settings) -> Iterator[None]:
 
 def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                  replay: list[tuple[str, str]] | None = None, console=None,
-                 selection: list[str] | None = None) -> PipelineResult:
+                 selection: list[str] | None = None, verbose: bool = False) -> PipelineResult:
+    """Run the job in-process. Raises ``SettingsError`` before any work when settings cannot work."""
     from dagster_project.definitions import load_definitions
+    from dagster_project.ingest import ensure_schema
+    from dagster_project.state import record_run
 
+    warnings = preflight(settings)
+    if console is not None:
+        for warning in warnings:
+            console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
     job = load_definitions().resolve_job_def("flywheel_job")
     if selection:
         job = job.get_subset(asset_selection={dg.AssetKey.from_user_string(s) for s in selection})
     run_id = str(uuid.uuid4())
+    mode = "replay" if replay else "full_refresh" if full_refresh else "incremental"
     with ExitStack() as stack:
         stack.enter_context(environment(settings))
         stack.enter_context(writer_lock(settings))
+        with state_connection(settings) as con:
+            # The run's row exists before any step: its mode and warnings survive the steps'
+            # updates (they keep the first mode unless a full refresh) and reach the publish.
+            ensure_schema(con)
+            record_run(con, run_id, mode=mode, warnings=warnings)
         if replay:
             forget_files(settings, replay)
+        dagster = instance()
+        stack.enter_context(dagster)
         if console is not None:
-            status = stack.enter_context(console.status("starting…"))
-            stack.callback(progress.listen(lambda message: status.update(message)))
+            steps = progress.StepProgress(console, total_steps=len(job.graph.nodes))
+            stack.enter_context(steps)
+            stack.callback(progress.listen(steps.message))
+            dagster.add_event_listener(run_id, steps.event)
         result = job.execute_in_process(
-            run_config=run_config(full_refresh), instance=instance(), raise_on_error=False,
-            run_id=run_id, tags={"flywheel/launched_by": "cli"},
+            run_config=run_config(full_refresh, verbose=verbose), instance=dagster, raise_on_error=False,
+            run_id=run_id, tags={"flywheel/launched_by": "cli", "flywheel/mode": mode},
         )
-    failures = []
+    failures, traces = [], []
     # A failed blocking check fails its step with a bare "check failed": its report (which
     # expectation, sample rows) is in the evaluation's description.
     checks = {event.step_key: event.asset_check_evaluation_data.description for event in result.all_events
@@ -110,20 +163,36 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
     for event in result.all_events:
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
-            message = error.message if error else "unknown error"
-            cause = error.cause if error else None
-            while cause is not None:
-                message += f"\n  caused by: {cause.message.strip()}"
-                cause = cause.cause
+            message = short_error(event.step_failure_data)
             if event.step_key in checks:
                 message += "\n" + checks[event.step_key]
             failures.append((event.step_key or "?", message.strip()))
+            traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
     if not result.success:
-        mark_failed(settings, run_id, "; ".join(f"{step}: {msg.splitlines()[0]}" for step, msg in failures))
-    return PipelineResult(run_id=run_id, success=result.success, failures=failures)
+        mark_failed(settings, run_id, "; ".join(f"{step}: {msg.splitlines()[0] if msg else ''}"
+                                                for step, msg in failures), mode=mode)
+    return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
+                          mode=mode, warnings=warnings)
 
 
-def mark_failed(settings: Settings, run_id: str, error: str) -> None:
+# Dagster's wrappers around the user's exception: their text says nothing the step name doesn't.
+WRAPPERS = {"DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError",
+            "DagsterExecutionHandleOutputError", "DagsterExecutionLoadInputError"}
+
+
+def short_error(failure_data) -> str:
+    """What went wrong in a step, without Dagster's wrapping: a ``Failure``'s description, else the
+    first non-wrapper exception's message (the user's exception, with its detail lines)."""
+    user = getattr(failure_data, "user_failure_data", None)
+    if user is not None and user.description:
+        return user.description.strip()
+    error = failure_data.error if failure_data else None
+    while error is not None and error.cls_name in WRAPPERS and error.cause is not None:
+        error = error.cause
+    return error.message.strip() if error is not None else "unknown error"
+
+
+def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "incremental") -> None:
     """Record a failed run in ``ingest.runs`` (the current snapshot stays current)."""
     if not settings.state_db.exists():
         return
@@ -132,4 +201,4 @@ def mark_failed(settings: Settings, run_id: str, error: str) -> None:
 
     with state_connection(settings) as con:
         ensure_schema(con)
-        record_run(con, run_id, mode="incremental", status="failed", error=error[:2000])
+        record_run(con, run_id, mode=mode, status="failed", error=error[:2000])

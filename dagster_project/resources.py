@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 
-from dagster_project.settings import Settings
+from dagster_project.settings import Settings, SettingsError
 from dagster_project.sources import load_sources
 from dagster_project.state import state_connection
 from transforms.spec import SourceSpec
@@ -29,7 +29,11 @@ class FlywheelResource(dg.ConfigurableResource):
     sources_file: str | None = None
 
     def settings(self) -> Settings:
-        base = Settings.from_env()
+        try:
+            base = Settings.from_env()
+        except SettingsError as exc:
+            # A clean step failure naming each bad variable, not a traceback into settings.py.
+            raise dg.Failure(description=f"bad settings: {exc}", allow_retries=False) from None
         changes = {
             name: Path(value).expanduser()
             for name, value in (("raw_dir", self.raw_dir), ("warehouse", self.warehouse),
@@ -37,6 +41,16 @@ class FlywheelResource(dg.ConfigurableResource):
             if value
         }
         return replace(base, **changes)
+
+    def checked_settings(self) -> Settings:
+        """``settings()`` after the pre-run checks (a missing raw root fails the step, rather than
+        marking every known file missing)."""
+        settings = self.settings()
+        try:
+            settings.preflight()
+        except SettingsError as exc:
+            raise dg.Failure(description=f"bad settings: {exc}", allow_retries=False) from None
+        return settings
 
     def sources(self) -> dict[str, SourceSpec]:
         return load_sources(self.settings().sources_file)

@@ -1,4 +1,9 @@
-"""Runtime configuration from ``FLYWHEEL_*`` environment variables (defaults serve the sample lake)."""
+"""Runtime configuration from ``FLYWHEEL_*`` environment variables (defaults serve the sample lake).
+
+Every value is checked when the settings are read, and every problem is reported at once, one
+line each, naming the variable, the bad value and a good example: a user who mistyped a setting
+should learn it before any work is done, not from a traceback 40 seconds into a run.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,59 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Sizes are binary whatever the spelling: the default limit is 16 MiB and "16MB" means the same.
+SIZE_RE = re.compile(r"^\s*(\d+)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib)\s*$", re.IGNORECASE)
+SIZE_FACTOR = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+DEFAULTS = {
+    "FLYWHEEL_RAW_DIR": "data/raw",
+    "FLYWHEEL_WAREHOUSE": "data/warehouse.duckdb",
+    "FLYWHEEL_EXPORT_DIR": "data/exports",
+}
+
+
+class SettingsError(ValueError):
+    """Bad configuration: ``problems`` holds one printable line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 def parse_duration(text: str) -> float:
     """``"24h"``, ``"90m"``, ``"3600"`` → seconds."""
     match = DURATION_RE.match(text)
     if not match:
-        raise ValueError(f"FLYWHEEL_SEAL_AFTER: cannot read {text!r} as a duration like 24h, 90m or 3600")
+        raise ValueError(f"FLYWHEEL_SEAL_AFTER={text!r} is not a duration; use e.g. 24h, 90m, 2d or 3600 (seconds)")
     return float(match.group(1)) * UNIT_SECONDS[match.group(2)]
+
+
+def _flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    raise ValueError(text)
+
+
+def parse_size(text: str) -> int:
+    """``"16777216"``, ``"16MiB"``, ``"16MB"``, ``"512k"`` → bytes (K/M/G are powers of 1024)."""
+    match = SIZE_RE.match(text)
+    if not match:
+        raise ValueError(text)
+    return int(match.group(1)) * SIZE_FACTOR[match.group(2)[:1].lower()]
+
+
+def project_root_for(cwd: Path) -> Path | None:
+    """The checkout holding this package when ``cwd`` is inside it (defaults resolve from there)."""
+    if not (PROJECT_ROOT / "pyproject.toml").is_file():
+        return None  # installed as a package, not run from a checkout
+    try:
+        cwd.resolve().relative_to(PROJECT_ROOT)
+    except ValueError:
+        return None
+    return PROJECT_ROOT
 
 
 @dataclass(frozen=True)
@@ -55,26 +105,114 @@ class Settings:
         return self.state_dir / "state.duckdb"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
-        env = dict(os.environ if env is None else env)
+    def from_env(cls, env: dict[str, str] | None = None, cwd: Path | None = None) -> "Settings":
+        """Read and check every ``FLYWHEEL_*`` variable; raise one ``SettingsError`` listing all problems.
 
-        def path(name: str, default: str) -> Path:
-            value = Path(env.get(name) or default).expanduser()
-            return value if value.is_absolute() else (Path.cwd() / value)
+        A relative path set in the environment is relative to the current directory; the
+        defaults are relative to the project checkout when the command runs anywhere inside it
+        (so ``cd data && flywheel status`` finds ``data/warehouse.duckdb``), else to the
+        current directory.
+        """
+        env = dict(os.environ if env is None else env)
+        cwd = cwd or Path.cwd()
+        default_base = project_root_for(cwd) or cwd
+        problems: list[str] = []
+
+        def path(name: str) -> Path:
+            given = env.get(name)
+            value = Path(given or DEFAULTS[name]).expanduser()
+            return value if value.is_absolute() else ((cwd if given else default_base) / value)
+
+        def parse(name: str, default, convert, example: str, check=lambda v: True, rule: str = ""):
+            text = env.get(name)
+            if text is None or text.strip() == "":
+                return default
+            try:
+                value = convert(text.strip())
+            except (ValueError, OverflowError):
+                value = None
+            if value is None or not check(value):
+                problems.append(f"{name}={text!r} is not valid: use {rule or example}, e.g. {name}={example}")
+                return default
+            return value
 
         sources = env.get("FLYWHEEL_SOURCES")
-        return cls(
-            raw_dir=path("FLYWHEEL_RAW_DIR", "data/raw"),
-            warehouse=path("FLYWHEEL_WAREHOUSE", "data/warehouse.duckdb"),
-            export_dir=path("FLYWHEEL_EXPORT_DIR", "data/exports"),
-            sources_file=Path(sources).expanduser() if sources else None,
-            seal_after_seconds=parse_duration(env.get("FLYWHEEL_SEAL_AFTER", "24h")),
-            max_line_bytes=int(env.get("FLYWHEEL_MAX_LINE_BYTES", 16 * 1024 * 1024)),
+        sources_file = None
+        if sources:
+            sources_file = Path(sources).expanduser()
+            sources_file = sources_file if sources_file.is_absolute() else cwd / sources_file
+        settings = cls(
+            raw_dir=path("FLYWHEEL_RAW_DIR"),
+            warehouse=path("FLYWHEEL_WAREHOUSE"),
+            export_dir=path("FLYWHEEL_EXPORT_DIR"),
+            sources_file=sources_file,
+            seal_after_seconds=parse("FLYWHEEL_SEAL_AFTER", 24 * 3600.0, parse_duration, "24h",
+                                     rule="a duration in s, m, h or d (24h, 90m, 2d, 3600)"),
+            max_line_bytes=parse("FLYWHEEL_MAX_LINE_BYTES", 16 * 1024 * 1024, parse_size, "16MiB",
+                                 check=lambda v: v > 0,
+                                 rule="a positive size in bytes, or with K/M/G (binary: 16MB = 16MiB = 16777216)"),
             pseudonym_key=env.get("FLYWHEEL_PSEUDONYM_KEY") or None,
-            dpo_max_pairs=int(env.get("FLYWHEEL_DPO_MAX_PAIRS", 16)),
-            as_of=date.fromisoformat(env["FLYWHEEL_AS_OF"]) if env.get("FLYWHEEL_AS_OF") else None,
-            eval_fraction=float(env.get("FLYWHEEL_EVAL_FRACTION", 0.05)),
-            session_retention_days=int(env.get("FLYWHEEL_SESSION_RETENTION_DAYS", 180)),
-            keep_snapshots=int(env.get("FLYWHEEL_KEEP_SNAPSHOTS", 5)),
-            allow_empty=env.get("FLYWHEEL_ALLOW_EMPTY", "") in ("1", "true", "yes"),
+            dpo_max_pairs=parse("FLYWHEEL_DPO_MAX_PAIRS", 16, int, "16", check=lambda v: v > 0,
+                                rule="a positive whole number"),
+            as_of=parse("FLYWHEEL_AS_OF", None, date.fromisoformat, "2026-02-28",
+                        check=lambda v: len(env["FLYWHEEL_AS_OF"].strip()) == 10,
+                        rule="a calendar date YYYY-MM-DD"),
+            eval_fraction=parse("FLYWHEEL_EVAL_FRACTION", 0.05, float, "0.05", check=lambda v: 0 <= v < 1,
+                                rule="a number from 0 up to (not including) 1"),
+            session_retention_days=parse("FLYWHEEL_SESSION_RETENTION_DAYS", 180, int, "180",
+                                         check=lambda v: v > 0, rule="a positive number of days"),
+            keep_snapshots=parse("FLYWHEEL_KEEP_SNAPSHOTS", 5, int, "5", check=lambda v: v > 0,
+                                 rule="a positive number of snapshots"),
+            allow_empty=parse("FLYWHEEL_ALLOW_EMPTY", False, _flag, "1", rule="1/true/yes or 0/false/no"),
         )
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+    def preflight(self, *, need_raw: bool = True) -> None:
+        """Check the file system before a run writes anything: the raw root exists, the warehouse
+        and export paths can be written, the sources file loads. All problems at once."""
+        from dagster_project.sources import SourcesConfigError, load_sources
+
+        problems: list[str] = []
+        if need_raw and not self.raw_dir.is_dir():
+            what = "is not a directory" if self.raw_dir.exists() else "does not exist"
+            problems.append(f"FLYWHEEL_RAW_DIR={self.raw_dir} {what}: point it at the root of the raw lake, "
+                            f"e.g. FLYWHEEL_RAW_DIR={PROJECT_ROOT / 'data' / 'raw'}")
+        if self.warehouse.is_dir():
+            problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is a directory: name the database file, "
+                            f"e.g. FLYWHEEL_WAREHOUSE={self.warehouse / 'warehouse.duckdb'}")
+        elif problem := _unwritable(self.warehouse.parent):
+            problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse}: {problem}; choose a writable place, "
+                            f"e.g. FLYWHEEL_WAREHOUSE={Path.home() / 'flywheel' / 'warehouse.duckdb'}")
+        if self.export_dir.exists() and not self.export_dir.is_dir():
+            problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir} is a file: name a directory, "
+                            f"e.g. FLYWHEEL_EXPORT_DIR={self.export_dir.parent / 'exports'}")
+        elif problem := _unwritable(self.export_dir):
+            problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir}: {problem}; choose a writable directory, "
+                            f"e.g. FLYWHEEL_EXPORT_DIR={Path.home() / 'flywheel' / 'exports'}")
+        if self.sources_file is not None:
+            if not self.sources_file.is_file():
+                problems.append(f"FLYWHEEL_SOURCES={self.sources_file} does not exist: point it at a sources "
+                                "YAML file (see README, Configuration) or unset it")
+            else:
+                try:
+                    load_sources(self.sources_file)
+                except SourcesConfigError as exc:
+                    problems.append(f"FLYWHEEL_SOURCES: {exc}")
+        if problems:
+            raise SettingsError(problems)
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why files cannot be created in ``directory`` (made on demand), or None if they can."""
+    probe = directory
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None

@@ -100,15 +100,16 @@ def _nothing() -> Iterator[None]:
 
 def record_run(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, source: str | None = None,
                counts: dict[str, int] | None = None, status: str = "running",
-               error: str | None = None) -> None:
-    """Create or update the ``ingest.runs`` row of ``run_id``; counts accumulate per source."""
+               error: str | None = None, warnings: list[str] | None = None) -> None:
+    """Create or update the ``ingest.runs`` row of ``run_id``; counts and warnings accumulate."""
     counts = counts or {}
     con.execute(
         """
         insert into ingest.runs as r (run_id, started_at, mode, status, sources, files_seen,
-            files_changed, lines_read, rows_loaded, rows_quarantined, blank_lines, deferred_bytes, error)
+            files_changed, lines_read, rows_loaded, rows_quarantined, blank_lines, deferred_bytes, error, warnings)
         values ($run, now(), $mode, $status, case when $source is null then []::varchar[] else [$source] end,
-            $files_seen, $files_changed, $lines, $loaded, $quarantined, $blank, $deferred, $error)
+            $files_seen, $files_changed, $lines, $loaded, $quarantined, $blank, $deferred, $error,
+            $warnings::varchar[])
         on conflict (run_id) do update set
             mode = case when excluded.mode = 'full_refresh' then excluded.mode else r.mode end,
             status = case when r.status = 'failed' then r.status else excluded.status end,
@@ -121,12 +122,13 @@ def record_run(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, source
             blank_lines = r.blank_lines + excluded.blank_lines,
             deferred_bytes = r.deferred_bytes + excluded.deferred_bytes,
             error = coalesce(excluded.error, r.error),
+            warnings = list_distinct(list_concat(coalesce(r.warnings, []), excluded.warnings)),
             finished_at = case when excluded.status in ('success', 'failed') then now() else r.finished_at end
         """,
         {"run": run_id, "mode": mode, "status": status, "source": source,
          "files_seen": counts.get("files_seen", 0), "files_changed": counts.get("files_changed", 0),
          "lines": counts.get("lines", 0), "loaded": counts.get("loaded", 0),
          "quarantined": counts.get("quarantined", 0), "blank": counts.get("blank", 0),
-         "deferred": counts.get("deferred_bytes", 0), "error": error},
+         "deferred": counts.get("deferred_bytes", 0), "error": error, "warnings": list(warnings or [])},
     )
 

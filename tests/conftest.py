@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -11,6 +14,13 @@ import pytest
 
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+# Test runs go to a throwaway Dagster instance, never the project's .dagster_home (the UI's
+# history), even under `make test`, which exports DAGSTER_HOME for the other targets.
+_DAGSTER_HOME = tempfile.mkdtemp(prefix="flywheel-test-dagster-")
+Path(_DAGSTER_HOME, "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+os.environ["DAGSTER_HOME"] = _DAGSTER_HOME
+os.environ["FLYWHEEL_DAGSTER_EPHEMERAL"] = "1"  # and `flywheel run` keeps its runs in memory (faster)
+atexit.register(shutil.rmtree, _DAGSTER_HOME, True)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SAMPLES = SHARED / "samples"
@@ -89,3 +99,40 @@ def ingest(settings, run_id: str = "run-1", *, sources=None, full_refresh: bool 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> list[tuple]:
     return con.execute(sql, params or {}).fetchall()
+
+
+@pytest.fixture(scope="session")
+def sample_run(tmp_path_factory):
+    """`flywheel run` once per session on a copy of the bundled sample lake, as `make run` does it
+    (its as-of date, output piped): (settings, stderr). Read it; copy it (``sample_run_copy``) to change it."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from dagster_project.settings import Settings
+
+    root = tmp_path_factory.mktemp("sample-run")
+    shutil.copytree(PROJECT / "data" / "raw", root / "raw")
+    as_of = re.search(r"^SAMPLE_AS_OF := (\S+)$", (PROJECT / "Makefile").read_text(), re.M).group(1)
+    env = {"FLYWHEEL_RAW_DIR": str(root / "raw"), "FLYWHEEL_WAREHOUSE": str(root / "warehouse.duckdb"),
+           "FLYWHEEL_EXPORT_DIR": str(root / "exports"), "FLYWHEEL_AS_OF": as_of,
+           "FLYWHEEL_PSEUDONYM_KEY": "test-key"}
+    proc = subprocess.run([sys.executable, "-m", "dagster_project.cli", "run"], cwd=root,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return Settings.from_env(env), proc.stderr
+
+
+@pytest.fixture
+def sample_run_copy(sample_run, tmp_path):
+    """A private copy of the session's sample run (raw lake, state, warehouse, exports)."""
+    import shutil
+    from dataclasses import replace
+
+    settings, _ = sample_run
+    root = settings.warehouse.parent
+    shutil.copytree(root, tmp_path / "run", symlinks=True)
+    moved = {name: tmp_path / "run" / getattr(settings, name).relative_to(root)
+             for name in ("raw_dir", "warehouse", "export_dir")}
+    return replace(settings, **moved)

@@ -1,43 +1,87 @@
-"""The ``flywheel`` command line on a real lake: run, status, quarantine list/export/replay."""
+"""The ``flywheel`` command line on a real lake: run, status, quarantine list/export/replay, and
+every message a wrong setting or a typo gets (exit code and the one line)."""
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
-import textwrap
 
 import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from conftest import dumps, interaction, write_lines
+from conftest import PROJECT, dumps, interaction, write_lines
 from dagster_project.cli import app
+from dagster_project.settings import Settings
+
+KNOWN = ("eventlog, feedback, interactions, legacy_log, outcomes, session_ratings, signals, "
+         "weighted_queue, weighted_ratings")
 
 
-@pytest.fixture
-def env(settings, monkeypatch):
+def make_lake(root) -> Settings:
+    raw = root / "raw"
+    write_lines(raw / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                [dumps(interaction(1)), dumps(interaction(2, was_accepted="yes")), b"", b"[1]"])
+    write_lines(raw / "interactions" / "interactions_2026-03-01_00000000.jsonl",
+                [dumps(interaction(9, timestamp="2026-03-01T10:00:00+01:00"))])
+    return Settings.from_env({"FLYWHEEL_RAW_DIR": str(raw), "FLYWHEEL_WAREHOUSE": str(root / "warehouse.duckdb"),
+                              "FLYWHEEL_EXPORT_DIR": str(root / "exports")})
+
+
+def use(settings: Settings, monkeypatch) -> Settings:
     for name, value in {"FLYWHEEL_RAW_DIR": settings.raw_dir, "FLYWHEEL_WAREHOUSE": settings.warehouse,
                         "FLYWHEEL_EXPORT_DIR": settings.export_dir}.items():
         monkeypatch.setenv(name, str(value))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # runs work without DAGSTER_HOME
-    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
-                [dumps(interaction(1)), dumps(interaction(2, was_accepted="yes")), b"", b"[1]"])
     return settings
 
 
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """One real `flywheel run` shared by the tests that only read its results (or copy it)."""
+    settings = make_lake(tmp_path_factory.mktemp("cli"))
+    with pytest.MonkeyPatch.context() as mp:
+        use(settings, mp)
+        result = invoke("run")
+    return settings, result
+
+
+@pytest.fixture
+def ran(first_run, monkeypatch):
+    settings, _ = first_run
+    return use(settings, monkeypatch)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A fresh lake nothing has run on."""
+    return use(make_lake(tmp_path), monkeypatch)
+
+
 def invoke(*args):
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
-def test_run_then_status_and_quarantine(env, tmp_path):
-    result = invoke("run", "--quiet")
+def test_run_prints_a_line_per_step_warnings_and_the_result(first_run):
+    settings, result = first_run
     assert result.exit_code == 0, result.output
-    assert "succeeded" in result.output and "interactions" in result.output
-    assert env.warehouse.exists()
+    lines = result.output.splitlines()
+    assert "(incremental) succeeded" in result.output and "interactions" in result.output
+    assert any(line.startswith("[") and "✓ ingest/interactions" in line and "files 2, lines 5, loaded 2, quarantined 2" in line
+               for line in lines), result.output
+    # every source without files is named once on the console and in ingest.runs
+    warning = f"source outcomes: no files match outcomes/*_outcomes.jsonl under {settings.raw_dir}"
+    assert f"warning {warning}" in lines
+    assert len([line for line in lines if line.startswith("warning source ")]) == 8
+    con = duckdb.connect(str(settings.warehouse), read_only=True)
+    [(warnings,)] = con.execute("select warnings from ingest.runs").fetchall()
+    assert warning in warnings and len(warnings) == 8
+    con.close()
 
+
+def test_status_and_quarantine_list_and_export(ran, tmp_path):
     status = invoke("status")
     assert status.exit_code == 0 and "interactions" in status.output
     assert "Excluded rows" in status.output and "none" in status.output
@@ -45,6 +89,9 @@ def test_run_then_status_and_quarantine(env, tmp_path):
     listing = invoke("quarantine", "list", "--reason", "bad_type")
     assert "bad_type:was_accepted" in listing.output and "interactions_2026-02-26_5b0c2f7e.jsonl:2" in listing.output
     assert "not_an_object" not in listing.output.split("by reason")[0]
+    assert listing.output.split("by reason")[1].strip() == ": bad_type:was_accepted 1"  # the summary is filtered too
+    everything = invoke("quarantine", "list")
+    assert everything.output.split("by reason")[1].strip() == ": bad_type:was_accepted 1, not_an_object 1"
 
     jsonl = tmp_path / "q.jsonl"
     assert invoke("quarantine", "export", str(jsonl)).exit_code == 0
@@ -66,29 +113,135 @@ def test_status_counts_rows_a_drop_expectation_excluded(env):
     assert "staging.interactions" in excluded and "timestamp not in the future" in excluded
 
 
-def test_replay_after_fixing_the_sources_file_loads_the_lines(env, tmp_path, monkeypatch):
-    path = env.raw_dir / "interactions" / "interactions_2026-03-01_00000000.jsonl"
-    write_lines(path, [dumps(interaction(9, timestamp="2026-03-01T10:00:00+01:00"))])
-    assert invoke("run", "--quiet").exit_code == 0
-    # quarantined nothing new (offset timestamps are read), now replay everything: counts stay equal
-    before = duckdb.connect(str(env.warehouse), read_only=True).execute(
-        "select sum(lines_read), sum(rows_loaded), sum(rows_quarantined) from ingest.files").fetchall()
-    assert invoke("quarantine", "replay").exit_code == 0
-    after = duckdb.connect(str(env.warehouse), read_only=True).execute(
-        "select sum(lines_read), sum(rows_loaded), sum(rows_quarantined) from ingest.files").fetchall()
+def test_a_source_typo_and_a_missing_export_directory_are_one_line_errors(ran, tmp_path):
+    for command in (["quarantine", "list"], ["quarantine", "export", str(tmp_path / "x.csv")], ["quarantine", "replay"]):
+        typo = invoke(*command, "--source", "nosuch")
+        assert (typo.exit_code, typo.output.strip()) == (2, f"error: --source nosuch: no such source; known: {KNOWN}")
+    missing_dir = invoke("quarantine", "export", str(tmp_path / "no" / "such" / "q.jsonl"))
+    assert (missing_dir.exit_code, missing_dir.output.strip()) == (2, (
+        f"error: {tmp_path / 'no' / 'such' / 'q.jsonl'}: directory {tmp_path / 'no' / 'such'} does not exist; "
+        "create it or choose another path"))
+    wrong_suffix = invoke("quarantine", "export", str(tmp_path / "q.parquet"))
+    assert (wrong_suffix.exit_code, wrong_suffix.output.strip()) == (
+        2, f"error: {tmp_path / 'q.parquet'}: use a .jsonl or .csv file name")
+
+
+def test_replay_is_recorded_as_replay_and_counts_nothing_twice(first_run, tmp_path, monkeypatch):
+    settings, _ = first_run
+    shutil.copytree(settings.warehouse.parent, tmp_path / "lake", symlinks=True)
+    env = use(make_lake(tmp_path / "lake"), monkeypatch)  # same files, same bytes, in the copy
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    before = con.execute("select sum(lines_read), sum(rows_loaded), sum(rows_quarantined) from ingest.files").fetchall()
+    con.close()
+    replay = invoke("quarantine", "replay")
+    assert replay.exit_code == 0, replay.output
+    assert "replaying 1 files with quarantined lines" in replay.output and "(replay) succeeded" in replay.output
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    after = con.execute("select sum(lines_read), sum(rows_loaded), sum(rows_quarantined) from ingest.files").fetchall()
     assert before == after
+    assert con.execute("select mode, status from ingest.runs order by started_at").fetchall() == [
+        ("incremental", "success"), ("replay", "success")]
 
 
-def test_a_failed_run_exits_non_zero_names_the_problem_and_keeps_the_warehouse(env, tmp_path, monkeypatch):
-    assert invoke("run", "--quiet").exit_code == 0
-    published = env.warehouse.stat().st_mtime_ns
+def test_wrong_settings_are_refused_before_anything_is_touched(ran, tmp_path, monkeypatch):
+    published = ran.warehouse.stat().st_mtime_ns
     bad = tmp_path / "sources.yaml"
     bad.write_text("sources:\n  interactions:\n    time_zone: Mars/Olympus\n")
     monkeypatch.setenv("FLYWHEEL_SOURCES", str(bad))
     result = invoke("run", "--quiet")
+    assert result.exit_code == 2
+    assert result.output.splitlines()[1:] == [
+        f"error: FLYWHEEL_SOURCES: {bad}: sources.interactions.time_zone: unknown time zone 'Mars/Olympus'"]
+    # text in brackets is printed as it is (not taken for console markup)
+    bad.write_text("sources:\n  interactions: {globs: [x], colour: red}\n")
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 2 and result.output.splitlines()[1:] == [
+        f"error: FLYWHEEL_SOURCES: {bad}: sources.interactions: unknown keys ['colour']; "
+        "allowed: ['enabled', 'globs', 'time_zone']"]
+    # a missing raw root is refused (no file is marked missing)
+    monkeypatch.delenv("FLYWHEEL_SOURCES")
+    monkeypatch.setenv("FLYWHEEL_RAW_DIR", str(tmp_path / "gone"))
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 2 and result.output.splitlines()[1:] == [
+        f"error: FLYWHEEL_RAW_DIR={tmp_path / 'gone'} does not exist: point it at the root of the raw lake, "
+        f"e.g. FLYWHEEL_RAW_DIR={PROJECT / 'data' / 'raw'}"]
+    assert ran.warehouse.stat().st_mtime_ns == published
+    con = duckdb.connect(str(ran.state_db), read_only=True)
+    assert con.execute("select count(*) from ingest.files where status = 'missing'").fetchall() == [(0,)]
+    con.close()
+
+
+@pytest.mark.parametrize("name, value", [("FLYWHEEL_AS_OF", "2026-13-45"), ("FLYWHEEL_MAX_LINE_BYTES", "16 megs"),
+                                         ("FLYWHEEL_EVAL_FRACTION", "2"), ("FLYWHEEL_SEAL_AFTER", "1day")])
+def test_a_bad_setting_is_one_line_and_exit_2_before_any_work(env, monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    for command in (["run"], ["status"], ["quarantine", "list"]):
+        result = invoke(*command)
+        assert result.exit_code == 2
+        [line] = result.output.strip().splitlines()
+        assert line.startswith(f"error: {name}={value!r} is not valid: use ") and f"e.g. {name}=" in line
+    assert not env.state_dir.exists()
+
+
+def test_a_warehouse_path_that_is_a_directory_fails_first(env, monkeypatch, tmp_path):
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE", str(tmp_path))
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 2 and result.output.splitlines()[1:] == [
+        f"error: FLYWHEEL_WAREHOUSE={tmp_path} is a directory: name the database file, "
+        f"e.g. FLYWHEEL_WAREHOUSE={tmp_path / 'warehouse.duckdb'}"]
+    assert not (tmp_path / ".flywheel").exists()
+
+
+def test_a_warehouse_locked_by_another_process_is_one_line(ran, tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(ran.state_db)!r}); "
+                               "print('ready', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        result = invoke("run", "--quiet")
+    finally:
+        holder.kill()
+        holder.wait()
     assert result.exit_code == 1
-    assert "Mars/Olympus" in result.output and "sources.yaml" in result.output
-    assert env.warehouse.stat().st_mtime_ns == published
+    [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: {ran.state_db}: ") and "another process" in line
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_step_failures_are_printed_once_short_and_with_the_trace_only_when_verbose(env):
+    env.export_dir.mkdir(parents=True)
+    (env.export_dir / "training").write_text("not a directory")
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 1
+    failed = [line for line in result.output.splitlines() if line.startswith("✗ ")]
+    assert failed and len(failed) == len(set(failed)) and all(line.startswith("✗ training__") for line in failed)
+    assert "Traceback" not in result.output and "(run with -v for the full traceback)" in result.output
+    assert "the published warehouse is unchanged" in result.output
+    verbose = invoke("-v", "run", "--quiet")
+    assert verbose.exit_code == 1 and 'File "' in verbose.output
+
+
+def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path):
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    (lake / "old.jsonl").write_text("{}\n")
+    refused = invoke("synth", str(lake), "--interactions", "20")
+    assert (refused.exit_code, refused.output.strip()) == (2, (
+        f"error: {lake} is not empty: old and new files would mix; choose an empty directory "
+        "or pass --force to delete its contents first"))
+    assert [p.name for p in lake.iterdir()] == ["old.jsonl"]
+    forced = invoke("synth", str(lake), "--interactions", "20", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert not (lake / "old.jsonl").exists() and (lake / "interactions").is_dir()
+
+
+def test_dagster_home_defaults_to_the_projects_and_tests_use_a_throwaway_one(monkeypatch):
+    from dagster_project.pipeline import dagster_home
+
+    assert dagster_home() is not None and PROJECT not in dagster_home().parents  # set by conftest
+    monkeypatch.delenv("DAGSTER_HOME")
+    assert dagster_home() == PROJECT / ".dagster_home"
 
 
 def test_flywheel_entry_point_is_installed():

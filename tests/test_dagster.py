@@ -103,6 +103,7 @@ def test_sensor_requests_runs_only_when_files_appear_or_grow(lake):
         assert len(grown.run_requests) == 1
 
 
+@pytest.mark.slow
 def test_dg_check_defs_passes():
     env = {**os.environ, "DAGSTER_HOME": str(PROJECT / ".dagster_home"), "DAGSTER_DISABLE_TELEMETRY": "yes"}
     dg_bin = os.path.join(os.path.dirname(sys.executable), "dg")
@@ -110,3 +111,34 @@ def test_dg_check_defs_passes():
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "All definitions loaded successfully" in proc.stdout + proc.stderr
+
+
+def test_bad_settings_fail_an_asset_with_one_clean_message(lake, monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_EVAL_FRACTION", "2")
+    defs, keys = ingest_and_staging_assets()
+    asset = next(a for a in defs.assets if dg.AssetKey(["ingest", "interactions"]) in a.keys)
+    result = dg.materialize([asset], resources={"flywheel": resource_for(lake)}, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_failure_data.user_failure_data.description == (
+        "bad settings: FLYWHEEL_EVAL_FRACTION='2' is not valid: use a number from 0 up to (not including) 1, "
+        "e.g. FLYWHEEL_EVAL_FRACTION=0.05")
+    assert not lake.state_dir.exists()
+
+
+def test_a_missing_raw_root_fails_the_ingest_step_and_marks_no_file_missing(lake, tmp_path):
+    from dataclasses import replace
+
+    import duckdb
+
+    defs, keys = ingest_and_staging_assets()
+    asset = next(a for a in defs.assets if dg.AssetKey(["ingest", "interactions"]) in a.keys)
+    assert dg.materialize([asset], resources={"flywheel": resource_for(lake)}).success
+    gone = replace(lake, raw_dir=tmp_path / "unmounted")
+    result = dg.materialize([asset], resources={"flywheel": resource_for(gone)}, raise_on_error=False)
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_failure_data.user_failure_data.description.startswith(
+        f"bad settings: FLYWHEEL_RAW_DIR={tmp_path / 'unmounted'} does not exist")
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    assert con.execute("select count(*), count(*) filter (where status = 'missing') from ingest.files").fetchall() == [
+        (1, 0)]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import replace
+
+import pytest
 
 from conftest import PROJECT, ingest, rows
 from dagster_project.ingest import check_accounting
@@ -59,3 +62,74 @@ def test_real_signal_rows_match_the_shared_sample():
 
     sample = SAMPLES / "energyflow-cosmology" / "feedback_buffer.jsonl"
     assert sample.read_text().splitlines() == REAL_SIGNAL_ROWS
+
+
+@pytest.mark.slow
+def test_piped_progress_has_a_line_per_step_with_counts(sample_run):
+    import re
+
+    _, stderr = sample_run
+    steps = re.findall(r"^\[\s*(\d+)/(\d+)\] ✓ (\S+) \d+\.\d s", stderr, re.M)
+    total = int(steps[0][1])
+    assert [int(n) for n, _, _ in steps] == list(range(1, total + 1)) and total > 40
+    assert re.search(r"^\[\s*\d+/\d+\] ✓ ingest/interactions \d+\.\d s  files 110, lines 3,032, loaded 3,021, "
+                     r"quarantined 9$", stderr, re.M)
+    assert re.search(r"✓ staging/interactions \d+\.\d s  rows 3,000$", stderr, re.M)
+    assert "as-of=2026-04-03" in stderr and "(incremental) succeeded" in stderr
+    assert "warning" not in stderr  # every source has files; the pseudonym key is set
+
+
+@pytest.mark.slow
+def test_make_run_as_of_populates_every_mart(sample_run):
+    import duckdb
+
+    settings, _ = sample_run
+    con = duckdb.connect(str(settings.warehouse), read_only=True)
+    marts = [t for (t,) in con.execute("select table_name from duckdb_tables() where schema_name = 'marts'").fetchall()]
+    assert {"session_satisfaction", "promotion_candidates"} <= set(marts)
+    empty = [t for t in marts if con.execute(f"select count(*) from marts.{t}").fetchone()[0] == 0]
+    assert empty == []
+
+
+@pytest.mark.slow
+def test_every_table_and_column_has_a_comment(sample_run):
+    import duckdb
+
+    settings, stderr = sample_run
+    assert "no description in dagster_project/catalog.py" not in stderr
+    for db in (settings.state_db, settings.warehouse):
+        con = duckdb.connect(str(db), read_only=True)
+        undescribed_tables = con.execute("select schema_name || '.' || table_name from duckdb_tables() "
+                                         "where not internal and (comment is null or comment = '')").fetchall()
+        undescribed_columns = con.execute("select schema_name || '.' || table_name || '.' || column_name "
+                                          "from duckdb_columns() where not internal and (comment is null or comment = '')"
+                                          ).fetchall()
+        assert (undescribed_tables, undescribed_columns) == ([], []), db
+        assert con.execute("select comment from duckdb_columns() where schema_name = 'exports' and table_name = 'sft' "
+                           "and column_name = 'line_number'").fetchall() == [
+            ("Provenance: 1-based line in the raw file (SQLite: the row's insertion order).",)]
+        assert con.execute("select count(*) from duckdb_tables() where schema_name = 'raw'").fetchone()[0] == 9
+        con.close()
+
+
+@pytest.mark.slow
+def test_a_missing_raw_root_over_the_sample_warehouse_is_refused_and_marks_nothing_missing(sample_run_copy, tmp_path):
+    import subprocess
+    import sys
+
+    import duckdb
+
+    settings = sample_run_copy
+    published = settings.warehouse.stat().st_mtime_ns
+    env = {**os.environ, "FLYWHEEL_RAW_DIR": str(tmp_path / "unmounted"), "FLYWHEEL_WAREHOUSE": str(settings.warehouse),
+           "FLYWHEEL_EXPORT_DIR": str(settings.export_dir)}
+    proc = subprocess.run([sys.executable, "-m", "dagster_project.cli", "run"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: FLYWHEEL_RAW_DIR={tmp_path / 'unmounted'} does not exist: point it at the root of the raw lake, "
+        f"e.g. FLYWHEEL_RAW_DIR={PROJECT / 'data' / 'raw'}")
+    assert settings.warehouse.stat().st_mtime_ns == published
+    con = duckdb.connect(str(settings.warehouse), read_only=True)
+    assert con.execute("select count(*), count(*) filter (where status = 'missing') from ingest.files").fetchall() == [
+        (227, 0)]

@@ -71,8 +71,8 @@ def test_sft_exact_rows():
     lake = small_lake()
     counts = build(lake)
     assert counts == {"exports.sft": 2, "exports.kto": 7, "exports.dpo": 2, "exports.weighted": 3}
-    assert lake.rows("select prompt, completion, sample_weight, split, interaction_id, source_path, "
-                     "source_line, session_pseudonym, label_source, was_edited from exports.sft") == [
+    assert lake.rows("select prompt, completion, sample_weight, split, interaction_id, path, "
+                     "line_number, session_pseudonym, label_source, was_edited from exports.sft") == [
         (system("ctx", "question 0"), assistant("A1"), 1.0, "eval", interaction_id(1), IPATH, 1,
          SESSION_P, "inline", False),
         (user("question 1"), assistant("A4"), 1.0, "train", interaction_id(4), IPATH, 4,
@@ -92,7 +92,7 @@ def test_kto_exact_rows_and_balance():
     ]
     # Queue + archive copies of one line are one example; the neutral interaction (6) and the
     # unlabelled one (5) are not examples.
-    assert lake.rows("select prompt, completion, label, sample_weight, split, origin, source_path "
+    assert lake.rows("select prompt, completion, label, sample_weight, split, origin, path "
                      "from exports.kto where origin <> 'interaction' order by prompt[1].content") == [
         (user("question 0"), assistant("W1"), False, 10.0, "eval", "weighted_queue",
          "weighted/training_queue.jsonl"),
@@ -115,7 +115,7 @@ def test_kto_exact_rows_and_balance():
 def test_weighted_exact_rows():
     lake = small_lake()
     build(lake)
-    assert lake.rows("select prompt, completion, weight, note, label, split, origin, source_path "
+    assert lake.rows("select prompt, completion, weight, note, label, split, origin, path "
                      "from exports.weighted order by origin, prompt[1].content") == [
         (user("question 0"), assistant("W1"), 10.0, "never do this", False, "eval", "weighted_queue",
          "weighted/training_queue.jsonl"),

@@ -39,7 +39,7 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     )
     def _ingest(context: dg.AssetExecutionContext, config: IngestConfig,
                 flywheel: FlywheelResource) -> dg.MaterializeResult:
-        settings = flywheel.settings()
+        settings = flywheel.checked_settings()
         live_spec = flywheel.sources().get(spec.name)
         with flywheel.state() as con:
             if live_spec is None:
@@ -53,8 +53,12 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 "quarantined": report.total("quarantined"), "blank": report.total("blank"),
                 "deferred_bytes": report.total("deferred_bytes"),
             }
+            warnings = [] if report.files else [
+                f"source {spec.name}: no files match {', '.join(live_spec.globs)} under {settings.raw_dir}"]
+            for warning in warnings:
+                context.log.warning(warning)
             record_run(con, context.run_id, mode="full_refresh" if config.full_refresh else "incremental",
-                       source=spec.name, counts=counts)
+                       source=spec.name, counts=counts, warnings=warnings)
             by_reason = markdown_table(
                 con, "select reason, count(*) as rows from ingest.quarantine "
                      "where source = $s and run_id = $r group by all order by rows desc",

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from dagster_project.catalog import apply_comments
 from dagster_project.defs.marts import TABLE_KEYS
 from dagster_project.publishing import publish_snapshot, watermarks
 from dagster_project.resources import FlywheelResource
@@ -26,6 +27,10 @@ UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
 def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
     settings = flywheel.settings()
     with flywheel.state() as con:
+        # Tables are rebuilt every run (losing their comments): describe them just before publishing.
+        undescribed = apply_comments(con)
+        if undescribed:
+            context.log.warning(f"no description in dagster_project/catalog.py for: {', '.join(undescribed)}")
         result = publish_snapshot(
             con, export_dir=settings.export_dir, warehouse=settings.warehouse, run_id=context.run_id,
             pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,

@@ -66,10 +66,10 @@ pairs as (
         p.id as chosen_id,
         n.id as rejected_id,
         sha256(p.id || ':' || n.id) as pair_hash,
-        p.path as chosen_source_path,
-        p.line_number as chosen_source_line,
-        n.path as rejected_source_path,
-        n.line_number as rejected_source_line
+        p.path as chosen_path,
+        p.line_number as chosen_line_number,
+        n.path as rejected_path,
+        n.line_number as rejected_line_number
     from candidates as p
     join candidates as n
         on p.norm_prompt = n.norm_prompt
@@ -96,9 +96,9 @@ select
     rejected_id,
     fw_split(norm_prompt, $eval_fraction) as split,
     sha256(norm_prompt || chr(0) || norm_context) as prompt_group,
-    chosen_source_path,
-    chosen_source_line,
-    rejected_source_path,
-    rejected_source_line
+    chosen_path,
+    chosen_line_number,
+    rejected_path,
+    rejected_line_number
 from capped
 order by prompt_group, pair_hash, chosen_id, rejected_id

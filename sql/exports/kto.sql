@@ -37,9 +37,9 @@ examples as (
         fw_split(fw_norm(input_text), $eval_fraction) as split,
         'interaction' as origin,
         id as example_id,
-        path as source_path,
-        line_number as source_line,
-        byte_offset as source_byte_offset,
+        path,
+        line_number,
+        byte_offset,
         fw_session_pseudonym(session_id) as session_pseudonym
     from labelled
 
@@ -53,9 +53,9 @@ examples as (
         fw_split(fw_norm(query), $eval_fraction) as split,
         case origin when 'queue' then 'weighted_queue' else 'weighted_rating' end as origin,
         content_hash as example_id,
-        path as source_path,
-        line_number as source_line,
-        byte_offset as source_byte_offset,
+        path,
+        line_number,
+        byte_offset,
         null::varchar as session_pseudonym
     from weighted
 )

@@ -24,9 +24,9 @@ select
     fw_split(fw_norm(query), $eval_fraction) as split,
     case origin when 'queue' then 'weighted_queue' else 'weighted_rating' end as origin,
     content_hash,
-    path as source_path,
-    line_number as source_line,
-    byte_offset as source_byte_offset,
+    path,
+    line_number,
+    byte_offset,
     "timestamp" as example_timestamp
 from weighted
 order by origin, content_hash

@@ -46,7 +46,7 @@ create table if not exists ingest.runs (
     run_id varchar primary key,
     started_at timestamptz not null,
     finished_at timestamptz,
-    mode varchar not null,   -- incremental | full_refresh
+    mode varchar not null,   -- incremental | full_refresh | replay
     status varchar not null, -- running | success | failed
     sources varchar[],
     files_seen bigint default 0,
@@ -56,8 +56,10 @@ create table if not exists ingest.runs (
     rows_quarantined bigint default 0,
     blank_lines bigint default 0,
     deferred_bytes bigint default 0,
-    error varchar
+    error varchar,
+    warnings varchar[] default []  -- e.g. a source whose globs matched no file
 );
+alter table ingest.runs add column if not exists warnings varchar[] default [];
 
 -- Things worth telling a data engineer about a file: rewritten, shrunk, sealed, corrupt, unclaimed.
 create table if not exists ingest.file_events (

@@ -87,7 +87,7 @@ select
     n_events,
     conflicting,
     first_labeled_at,
-    nullif(winner.path, '') as label_path,
-    nullif(winner.line_number, -1) as label_line_number
+    nullif(winner.path, '') as path,
+    nullif(winner.line_number, -1) as line_number
 from timeline
 order by interaction_id

@@ -28,7 +28,7 @@ select
         'f': feedback,
         's': source
     }).f as latest_feedback,
-    min(path) as first_path
+    min(path) as path
 from events
 group by record_id
 order by record_id

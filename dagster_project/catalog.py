@@ -1,0 +1,421 @@
+"""The data dictionary: what every table and column of the warehouse means, in one place.
+
+Applied as DuckDB comments (``COMMENT ON TABLE/COLUMN``) to the state database after every
+table is built, so an analyst browsing the warehouse (``duckdb_tables()``,
+``duckdb_columns()``, any SQL client) reads each table's grain and each column's meaning. Tables
+are rebuilt every run, and a rebuilt table loses its comments, so ``apply_comments`` runs last.
+
+A column is described by the most specific entry: ``schema.table.column``, then
+``schema.*.column``, then the bare column name (one meaning everywhere: provenance, ids, the
+``*_text`` originals); source fields of ``raw.*``/``staging.*`` fall back to their declaration.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from transforms.spec import Field, SourceSpec
+
+PROVENANCE = "in the raw file named by path"
+
+TABLES: dict[str, str] = {
+    "ingest.files": "One row per input file (or SQLite table) per source: accounting "
+                    "(lines_read = rows_loaded + rows_quarantined + blank_lines) and the watermark.",
+    "ingest.quarantine": "One row per rejected line or row: where it is (file, line, byte offset), "
+                         "why (reason, detail) and its exact raw text or bytes.",
+    "ingest.runs": "One row per pipeline run: mode, status, what it read, warnings and error.",
+    "ingest.file_events": "One row per noteworthy file event per run: rewritten, shrunk, sealed, corrupt, missing.",
+    "ingest.validations": "One row per expectation result per run (Great Expectations on staged tables, marts, exports).",
+    "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
+                                 "examples with a boolean label.",
+    "staging.git_commits": "One row per commit sha from the eventlog (the latest re-scrape wins).",
+    "staging.commit_files": "One row per file of each commit (renames resolved to the new path).",
+    "staging.session_windows": "One row per agent session seen in start/end tags: its time window (no end tag: 24 h).",
+    "staging.commit_sessions": "One row per commit: the session it belongs to and how it was linked.",
+    "staging.session_files": "One row per session and committed file.",
+    "staging.scry_queries": "One row per retrieval (scry) query, eventlog v1 and v2.",
+    "staging.scry_results": "One row per result of a retrieval query (rank order), with the normalised doc_path.",
+    "staging.scry_use": "One row per recorded use of a retrieval result.",
+    "staging.scry_feedback": "One row per explicit good/bad rating of a retrieval query.",
+    "marts.interaction_labels": "One row per interaction with at least one feedback event: its final label "
+                                "(the last event wins; equal times: sidecar over inline, then later file and line).",
+    "marts.orphan_feedback": "One row per sidecar feedback record_id whose interaction has not arrived yet.",
+    "marts.session_satisfaction": "One row per day (UTC), source and modality: latest end-of-session rating per "
+                                  "session within the retention window; aggregates only.",
+    "marts.session_rating_matches": "One row: how many rated sessions match interactions via "
+                                    "sha256(session_id) = session_id_opaque.",
+    "marts.outcome_rates": "One row per day, model, task type and strategy arm: inferred outcome counts and acceptance rate.",
+    "marts.retrieval_query_metrics": "One row per counted retrieval query (its session has at least one commit): "
+                                     "precision, recall, reciprocal rank, nDCG against the files committed.",
+    "marts.retrieval_precision_by_rank": "One row per result rank: results, hits and precision at that rank.",
+    "marts.retrieval_precision_by_mode": "One row per query mode: precision, recall, MRR, nDCG.",
+    "marts.retrieval_summary": "One row: overall retrieval quality and coverage of the eventlog.",
+    "marts.doc_utility": "One row per document path retrieved at least twice: how often it was then committed.",
+    "marts.missed_files": "One row per file committed in sessions that queried but never retrieved it.",
+    "marts.scry_usage": "One row per retrieval query: uses of its results and ratings.",
+    "marts.retrieval_judgements": "One row per counted query and retrieved path: whether it was a hit "
+                                  "(committed in the query's session; exact path match).",
+    "marts.signal_opinions": "One row per feedback signal: polarity, decayed effective strength as of the run "
+                             "date, whether it is the current opinion on its target and aspect.",
+    "marts.signal_conflicts": "One row per target whose current opinions are both positive and negative.",
+    "marts.promotion_candidates": "One row per target with at least 2 strong positive signals (effective "
+                                  "strength >= 0.7), at least one manual.",
+    "exports.sft": "Training set (TRL SFT, conversational): one row per accepted interaction whose final label is positive.",
+    "exports.kto": "Training set (TRL KTO): one row per labelled interaction (neutral excluded) or weighted example.",
+    "exports.dpo": "Training set (TRL DPO): one row per chosen/rejected response pair to the same normalised "
+                   "prompt and context (at most FLYWHEEL_DPO_MAX_PAIRS per prompt).",
+    "exports.weighted": "Training set: one row per weighted example (queue and TUI ratings) with its weight.",
+}
+
+COLUMNS: dict[str, str] = {
+    # Provenance: one name everywhere (a prefix only where a row has two provenances).
+    "path": "Provenance: the raw file, relative to FLYWHEEL_RAW_DIR (absolute when outside it).",
+    "line_number": "Provenance: 1-based line in the raw file (SQLite: the row's insertion order).",
+    "byte_offset": "Provenance: byte offset of the line's start in the raw file (NULL for SQLite rows).",
+    "chosen_path": "Provenance of the chosen response: its raw file.",
+    "chosen_line_number": f"Provenance of the chosen response: its 1-based line {PROVENANCE}.",
+    "rejected_path": "Provenance of the rejected response: its raw file.",
+    "rejected_line_number": f"Provenance of the rejected response: its 1-based line {PROVENANCE}.",
+    "ingest_run_id": "Run that loaded this version of the record.",
+    "extra": "Keys the record carried beyond the declared fields, as JSON (nothing is dropped).",
+    "content_hash": "sha256 of the record's canonical content (identity of content-identified sources).",
+    "source": "Source name (the registry in dagster_project/sources/) or, in source tables, the producer's "
+              "own source field.",
+    "run_id": "Pipeline run id (the Dagster run id).",
+    "seq": "The eventlog's own sequence number of the event.",
+    "source_file": "The file the eventlog's producer said it scraped.",
+    "session_id": "Agent session id (adapter suffix stripped where linked).",
+    "session_id_raw": "Session id as written, before normalisation.",
+    "query_id": "Retrieval query id.",
+    "sha": "Git commit sha.",
+    "mode": "Retrieval mode of the query (as logged).",
+    "queried_at": "When the query ran (UTC).",
+    "committed_at": "Commit time (UTC).",
+    "doc_path": "Retrieved document as a repository path (./ and ::fn:… stripped).",
+    "file_path": "Committed file path (renames resolved to the new path).",
+    "rank": "1-based rank of the result.",
+    "retrieved": "Results retrieved.",
+    "hits": "Retrieved results that were committed in the query's session.",
+    "precision": "hits / retrieved.",
+    "mean_recall": "Mean over queries of hits / files touched.",
+    "mrr": "Mean reciprocal rank of the first hit.",
+    "mean_ndcg": "Mean normalised discounted cumulative gain.",
+    "queries": "Number of queries.",
+    "prompt": "Conversation up to the answer (TRL conversational: list of {role, content}; a non-empty context "
+              "is a leading system message).",
+    "completion": "The assistant's answer as a conversation (list of {role, content}).",
+    "split": "train or eval: from a hash of the normalised prompt, so a prompt is never in both.",
+    "sample_weight": "Per-example weight for the trainer.",
+    "origin": "Where the example came from: interaction, queue or rating.",
+    "label": "The label (see the table's comment for its domain).",
+    "session_pseudonym": "HMAC-SHA-256 pseudonym of the session id (keyed by FLYWHEEL_PSEUDONYM_KEY).",
+    "weight": "Weight as written by the producer (queue weight; > 1 means a correction).",
+    "note": "Free-text note of the rating or queue row.",
+    "target_type": "What the signal is about (kind of target).",
+    "target_id": "Id of the signal's target.",
+    "last_signal_at": "Latest signal time (UTC).",
+    "day": "UTC calendar date.",
+    "event_key": "Identity of the eventlog event: commit sha, query id or content hash.",
+    "arm_id": "Strategy arm id (strategy ->> 'arm_id').",
+    "model": "Model name.",
+}
+
+# Columns whose meaning depends on the table.
+TABLE_COLUMNS: dict[str, str] = {
+    # ingest.files
+    "ingest.files.format": "jsonl | json_array | sqlite.",
+    "ingest.files.size_bytes": "File size when last read.",
+    "ingest.files.mtime_ns": "File modification time (ns) when last read.",
+    "ingest.files.lines_read": "Lines (or SQLite rows) read so far.",
+    "ingest.files.rows_loaded": "Lines loaded into raw.<source>.",
+    "ingest.files.rows_quarantined": "Lines stored in ingest.quarantine.",
+    "ingest.files.blank_lines": "Empty lines (counted, not loaded).",
+    "ingest.files.deferred_bytes": "Bytes after the last newline, waiting for the writer to finish the line.",
+    "ingest.files.offset_bytes": "Watermark: end of the last complete line consumed.",
+    "ingest.files.prefix_sha256": "sha256 of bytes [0, offset_bytes): detects rewritten files.",
+    "ingest.files.high_water_mark": "SQLite: greatest integer key consumed.",
+    "ingest.files.high_water_sha256": "SQLite: sha256 of the record at the high-water mark (detects a recreated store).",
+    "ingest.files.status": "ok | corrupt | missing.",
+    "ingest.files.first_run_id": "Run that first read the file.",
+    "ingest.files.last_run_id": "Run that last read the file.",
+    "ingest.files.last_ingested_at": "When the file was last read (UTC).",
+    # ingest.quarantine
+    "ingest.quarantine.reason": "Why: invalid_utf8, invalid_json, not_an_object, duplicate_key, non_standard_json, "
+                                "missing_field:<f>, bad_type:<f>, bad_value:<f>, bad_timestamp:<f>, line_too_large, "
+                                "unterminated_last_line, corrupt_file.",
+    "ingest.quarantine.detail": "Human-readable detail of the reason.",
+    "ingest.quarantine.raw_text": "The line exactly as written (NULL for invalid UTF-8 and oversized lines).",
+    "ingest.quarantine.raw_bytes": "The exact bytes, for invalid UTF-8.",
+    "ingest.quarantine.raw_sha256": "sha256 of an oversized line (its text is not stored).",
+    "ingest.quarantine.raw_length": "Length of the line in bytes.",
+    "ingest.quarantine.quarantined_at": "When it was quarantined (UTC).",
+    # ingest.runs
+    "ingest.runs.started_at": "Run start (UTC).",
+    "ingest.runs.finished_at": "Run end (UTC); NULL while running.",
+    "ingest.runs.mode": "incremental | full_refresh | replay.",
+    "ingest.runs.status": "running | success | failed.",
+    "ingest.runs.sources": "Sources the run ingested.",
+    "ingest.runs.files_seen": "Files matched by the sources' globs.",
+    "ingest.runs.files_changed": "Files with new, rewritten or shrunk content.",
+    "ingest.runs.lines_read": "Lines read in this run.",
+    "ingest.runs.rows_loaded": "Lines loaded in this run.",
+    "ingest.runs.rows_quarantined": "Lines quarantined in this run.",
+    "ingest.runs.blank_lines": "Blank lines seen in this run.",
+    "ingest.runs.deferred_bytes": "Bytes of unfinished last lines left for a later run.",
+    "ingest.runs.error": "Why the run failed (step: message).",
+    "ingest.runs.warnings": "Warnings of the run, e.g. a source whose globs matched no file.",
+    # ingest.file_events
+    "ingest.file_events.event": "rewritten | shrunk | sealed | corrupt | missing | unclaimed.",
+    "ingest.file_events.detail": "What was observed.",
+    "ingest.file_events.occurred_at": "When (UTC).",
+    # ingest.validations
+    "ingest.validations.table_name": "Validated table or export.",
+    "ingest.validations.expectation": "Expectation name.",
+    "ingest.validations.expectation_type": "Great Expectations expectation type.",
+    "ingest.validations.column_name": "Column checked (NULL for table-level expectations).",
+    "ingest.validations.blocking": "A failure stops the publish.",
+    "ingest.validations.success": "Whether the expectation held.",
+    "ingest.validations.status": "Result status.",
+    "ingest.validations.observed": "Observed value.",
+    "ingest.validations.unexpected_count": "Rows violating the expectation.",
+    "ingest.validations.rows_validated": "Rows checked.",
+    "ingest.validations.sample_rows": "Sample offending rows (JSON).",
+    "ingest.validations.detail": "Detail of the result.",
+    "ingest.validations.validated_at": "When (UTC).",
+    # staging.weighted_examples
+    "staging.weighted_examples.query": "The prompt text.",
+    "staging.weighted_examples.response": "The response text.",
+    "staging.weighted_examples.label": "true = desirable (queue weight <= 1, rating good), false = undesirable.",
+    "staging.weighted_examples.timestamp": "When the example was written (UTC).",
+    # eventlog staging
+    "staging.git_commits.committed_at_text": "Commit time as written.",
+    "staging.git_commits.message": "Commit message.",
+    "staging.git_commits.author_name": "Commit author name.",
+    "staging.git_commits.author_email": "Commit author email.",
+    "staging.git_commits.n_files": "Files in the commit.",
+    "staging.commit_files.raw_path": "Path as written by git (rename text, C quoting).",
+    "staging.commit_files.old_path": "Previous path of a rename.",
+    "staging.commit_files.change_type": "Kind of change (added, modified, deleted, renamed).",
+    "staging.commit_files.lines_added": "Lines added.",
+    "staging.commit_files.lines_removed": "Lines removed.",
+    "staging.commit_files.file_index": "Position of the file in the commit.",
+    "staging.commit_sessions.linked_by": "How the commit was linked: its own session id, or a tag window.",
+    "staging.commit_sessions.window_started_at": "Start of the tag window holding the commit.",
+    "staging.commit_sessions.windows_holding": "Tag windows holding the commit's instant.",
+    "staging.session_windows.adapter": "Adapter suffix of the session tag.",
+    "staging.session_windows.started_at": "Window start (UTC).",
+    "staging.session_windows.started_at_text": "Window start as written.",
+    "staging.session_windows.ended_at": "Window end from the end tag (UTC).",
+    "staging.session_windows.ended_at_text": "Window end as written.",
+    "staging.session_windows.window_end": "Effective end: the end tag, or start + 24 h.",
+    "staging.session_windows.is_open": "No end tag seen.",
+    "staging.session_windows.start_tags": "Start tags seen.",
+    "staging.session_windows.end_tags": "End tags seen.",
+    "staging.session_windows.end_tags_ignored": "End tags ignored (before the start, duplicates).",
+    "staging.session_files.commits": "Commits of the session touching the file.",
+    "staging.session_files.first_committed_at": "First commit of the file in the session (UTC).",
+    "staging.session_files.last_committed_at": "Last commit of the file in the session (UTC).",
+    "staging.scry_queries.version": "Eventlog schema version of the query (1 or 2).",
+    "staging.scry_queries.queried_at_text": "Query time as written.",
+    "staging.scry_queries.query": "The query text.",
+    "staging.scry_queries.routing": "Routing information of the query.",
+    "staging.scry_queries.n_results": "Results returned.",
+    "staging.scry_results.score": "Retrieval score.",
+    "staging.scry_results.doc_id": "Document id as returned.",
+    "staging.scry_results.doc_kind": "path, session, persona or other.",
+    "staging.scry_results.result_type": "Result type as logged.",
+    "staging.scry_results.source_repo": "Repository of the result.",
+    "staging.scry_results.weight": "Result weight as logged.",
+    "staging.scry_results.result_index": "Position in the logged result list.",
+    "staging.scry_use.result_used": "Which result was used.",
+    "staging.scry_use.used_doc_path": "Path of the used result.",
+    "staging.scry_use.used_at": "When (UTC).",
+    "staging.scry_use.used_at_text": "When, as written.",
+    "staging.scry_feedback.signal": "good or bad.",
+    "staging.scry_feedback.comment": "Rating comment.",
+    "staging.scry_feedback.rated_at": "When (UTC).",
+    "staging.scry_feedback.rated_at_text": "When, as written.",
+    # marts
+    "marts.interaction_labels.interaction_id": "The interaction (staging.interactions.id).",
+    "marts.interaction_labels.label": "Final label: positive | negative | neutral.",
+    "marts.interaction_labels.was_edited": "The user edited the answer (from the winning event).",
+    "marts.interaction_labels.label_source": "inline | manual | outcome_tracker: who gave the winning label.",
+    "marts.interaction_labels.labeled_at": "Time of the winning event (UTC).",
+    "marts.interaction_labels.n_events": "Feedback events for the interaction.",
+    "marts.interaction_labels.conflicting": "Events disagree on the label.",
+    "marts.interaction_labels.first_labeled_at": "Time of the first event (UTC).",
+    "marts.interaction_labels.path": "Provenance of the winning event: its raw file (NULL for inline feedback).",
+    "marts.interaction_labels.line_number": "Provenance of the winning event: its 1-based line.",
+    "marts.orphan_feedback.record_id": "The interaction id the feedback names (not in staging.interactions yet).",
+    "marts.orphan_feedback.n_events": "Feedback events waiting.",
+    "marts.orphan_feedback.first_seen": "First event time (UTC).",
+    "marts.orphan_feedback.last_seen": "Last event time (UTC).",
+    "marts.orphan_feedback.latest_feedback": "The latest event's feedback.",
+    "marts.orphan_feedback.path": "Provenance: the (alphabetically first) sidecar file holding its events.",
+    "marts.session_satisfaction.source": "Where the rating was given (the rating's source field).",
+    "marts.session_satisfaction.modality": "Interface modality (NULL for old records).",
+    "marts.session_satisfaction.sessions": "Sessions whose latest rating falls on this day.",
+    "marts.session_satisfaction.positive": "Sessions rated positive.",
+    "marts.session_satisfaction.negative": "Sessions rated negative.",
+    "marts.session_satisfaction.skipped": "Sessions that skipped rating (counted, not rated).",
+    "marts.session_satisfaction.satisfaction": "positive / (positive + negative); NULL when nobody rated.",
+    "marts.session_satisfaction.matched_sessions": "Sessions matched to interactions.",
+    "marts.session_rating_matches.rated_sessions": "Sessions with a rating.",
+    "marts.session_rating_matches.matched_sessions": "Rated sessions matching an interaction session.",
+    "marts.session_rating_matches.match_rate": "matched_sessions / rated_sessions.",
+    "marts.session_rating_matches.interaction_sessions": "Distinct interaction sessions.",
+    "marts.session_rating_matches.interaction_rating_rate": "Share of interaction sessions that were rated.",
+    "marts.session_rating_matches.matched_interactions": "Interactions in rated sessions.",
+    "marts.outcome_rates.task_type": "Task type.",
+    "marts.outcome_rates.arm_id": "Strategy arm.",
+    "marts.outcome_rates.outcomes": "Inferred outcomes.",
+    "marts.outcome_rates.accepted": "Outcomes inferred accepted.",
+    "marts.outcome_rates.rejected": "Outcomes inferred rejected.",
+    "marts.outcome_rates.neutral": "Outcomes inferred neutral.",
+    "marts.outcome_rates.acceptance_rate": "accepted / (accepted + rejected).",
+    "marts.retrieval_query_metrics.touched": "Files committed in the query's session.",
+    "marts.retrieval_query_metrics.recall": "hits / touched.",
+    "marts.retrieval_query_metrics.reciprocal_rank": "1 / rank of the first hit (0 without a hit).",
+    "marts.retrieval_query_metrics.ndcg": "Normalised discounted cumulative gain.",
+    "marts.retrieval_query_metrics.first_hit_rank": "Rank of the first hit.",
+    "marts.retrieval_summary.sessions": "Sessions with counted queries.",
+    "marts.retrieval_summary.non_path_results": "Results that are not paths (session and persona ids, other).",
+    "marts.retrieval_summary.session_results": "Results that are session ids.",
+    "marts.retrieval_summary.persona_results": "Results that are persona: ids.",
+    "marts.retrieval_summary.other_results": "Other non-path results.",
+    "marts.retrieval_summary.all_queries": "All queries, counted or not.",
+    "marts.retrieval_summary.queries_without_session": "Queries with no session.",
+    "marts.retrieval_summary.commits": "Commits in the eventlog.",
+    "marts.retrieval_summary.linked_commits": "Commits linked to a session.",
+    "marts.doc_utility.times_retrieved": "Times retrieved.",
+    "marts.doc_utility.times_committed": "Times committed in the retrieving query's session.",
+    "marts.doc_utility.hit_rate": "times_committed / times_retrieved.",
+    "marts.doc_utility.best_rank": "Best rank it was retrieved at.",
+    "marts.doc_utility.mean_rank": "Mean rank it was retrieved at.",
+    "marts.missed_files.sessions_missed": "Sessions that queried but never retrieved the file they committed.",
+    "marts.missed_files.last_missed_at": "Last such commit (UTC).",
+    "marts.scry_usage.query_logged": "The query was logged (not only its use or rating).",
+    "marts.scry_usage.uses": "Recorded uses of its results.",
+    "marts.scry_usage.results_used": "Distinct results used.",
+    "marts.scry_usage.best_rank_used": "Best rank among used results.",
+    "marts.scry_usage.rated_good": "Good ratings.",
+    "marts.scry_usage.rated_bad": "Bad ratings.",
+    "marts.scry_usage.last_rating": "Latest rating.",
+    "marts.retrieval_judgements.results": "Results of the query.",
+    "marts.retrieval_judgements.hit": "The path was committed in the query's session (exact match).",
+    "marts.signal_opinions.polarity": "positive | negative | neutral, from the signal.",
+    "marts.signal_opinions.as_of": "The run date the decay is computed for (FLYWHEEL_AS_OF or today).",
+    "marts.signal_opinions.age_days": "Days from created_at to as_of.",
+    "marts.signal_opinions.decay_periods": "floor(age_days / 30).",
+    "marts.signal_opinions.effective_strength": "strength × 0.8^decay_periods.",
+    "marts.signal_opinions.is_current": "Latest signal on its target and aspect.",
+    "marts.signal_opinions.superseded_by": "Id of the signal that replaced it.",
+    "marts.signal_conflicts.positive_opinions": "Current positive opinions.",
+    "marts.signal_conflicts.negative_opinions": "Current negative opinions.",
+    "marts.signal_conflicts.neutral_opinions": "Current neutral opinions.",
+    "marts.signal_conflicts.opinions": "Current opinions.",
+    "marts.promotion_candidates.strong_positive_signals": "Positive signals with effective strength >= 0.7.",
+    "marts.promotion_candidates.manual_signals": "Of those, manual ones.",
+    "marts.promotion_candidates.distinct_sources": "Distinct signal sources.",
+    "marts.promotion_candidates.sources": "Those sources.",
+    "marts.promotion_candidates.aspects": "Aspects covered.",
+    "marts.promotion_candidates.max_effective_strength": "Strongest qualifying signal.",
+    "marts.promotion_candidates.min_effective_strength": "Weakest qualifying signal.",
+    "marts.promotion_candidates.in_conflict": "The target is in marts.signal_conflicts.",
+    # exports
+    "exports.sft.interaction_id": "The interaction (staging.interactions.id).",
+    "exports.sft.label_source": "Who gave the final label.",
+    "exports.sft.labeled_at": "When the final label was given (UTC).",
+    "exports.sft.was_edited": "The user edited the answer.",
+    "exports.sft.interaction_timestamp": "When the interaction happened (UTC).",
+    "exports.sft.interaction_type": "Kind of interaction.",
+    "exports.kto.label": "true = desirable, false = undesirable.",
+    "exports.kto.example_id": "Interaction id or weighted example content hash.",
+    "exports.dpo.chosen": "The preferred answer (conversation).",
+    "exports.dpo.rejected": "The dispreferred answer (conversation).",
+    "exports.dpo.chosen_id": "Interaction id of the chosen answer.",
+    "exports.dpo.rejected_id": "Interaction id of the rejected answer.",
+    "exports.dpo.prompt_group": "Hash of the normalised prompt and context the pair shares.",
+    "exports.weighted.label": "true = desirable, false = undesirable.",
+    "exports.weighted.example_timestamp": "When the example was written (UTC).",
+}
+
+
+def field_comment(spec: SourceSpec, f: Field) -> str:
+    """A source field's meaning from its declaration: type, constraints, time handling."""
+    parts = [f"{spec.name}.{f.name} as the producer wrote it: {f.type}"]
+    parts.append("required" if f.required else "optional")
+    if f.nullable:
+        parts.append("may be null")
+    if f.enum:
+        parts.append("one of " + ", ".join(f.enum))
+    bounds = [f"{op} {v:g}" for op, v in ((">=", f.minimum), ("<=", f.maximum), (">", f.exclusive_minimum))
+              if v is not None]
+    if bounds:
+        parts.append(" and ".join(bounds))
+    if f.time:
+        parts.append(f"instant in UTC read as {f.time} (original text in {f.name}_text)")
+    return "; ".join(parts) + "."
+
+
+def source_comments(specs: dict[str, SourceSpec]) -> tuple[dict[str, str], dict[str, str]]:
+    tables, columns = {}, {}
+    for name, spec in specs.items():
+        tables[f"raw.{name}"] = (f"Every loaded version of every {name} record (one row per loaded line or "
+                                 f"row, typed), with provenance. {spec.description}")
+        tables[f"staging.{name}"] = (f"One row per identity ({', '.join(spec.identity)}) of {name}: the latest "
+                                     f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}).")
+        for f in spec.fields:
+            for schema in ("raw", "staging"):
+                columns[f"{schema}.{name}.{f.name}"] = field_comment(spec, f)
+                if f.time:
+                    columns[f"{schema}.{name}.{f.name}_text"] = f"{f.name} exactly as written (before conversion to UTC)."
+    return tables, columns
+
+
+# Marts that carry their source's columns through unchanged.
+CARRIED = {"marts.signal_opinions": "staging.signals"}
+
+
+def column_comment(schema: str, table: str, column: str, generated: dict[str, str]) -> str | None:
+    carried = CARRIED.get(f"{schema}.{table}")
+    for key in (f"{schema}.{table}.{column}", f"{schema}.*.{column}", f"{carried}.{column}"):
+        if key in TABLE_COLUMNS:
+            return TABLE_COLUMNS[key]
+        if key in generated:
+            return generated[key]
+    if column.endswith("_text") and column != "raw_text":
+        return f"{column[:-5]} exactly as written (before conversion to UTC)."
+    return COLUMNS.get(column)
+
+
+def sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] | None = None) -> list[str]:
+    """Comment every table and column present; return ``schema.table[.column]`` left undescribed."""
+    from dagster_project.sources import builtin_sources
+
+    generated_tables, generated_columns = source_comments(specs or builtin_sources())
+    tables = {**generated_tables, **TABLES}
+    missing = []
+    present = con.execute(
+        "select schema_name, table_name from duckdb_tables() where database_name = current_database() "
+        "order by all").fetchall()
+    for schema, table in present:
+        name = f"{schema}.{table}"
+        qualified = f'"{schema}"."{table}"'
+        if name in tables:
+            con.execute(f"comment on table {qualified} is {sql_string(tables[name])}")
+        else:
+            missing.append(name)
+        columns = con.execute("select column_name from duckdb_columns() where database_name = current_database() "
+                              "and schema_name = ? and table_name = ?", [schema, table]).fetchall()
+        for (column,) in columns:
+            text = column_comment(schema, table, column, generated_columns)
+            if text is None:
+                missing.append(f"{name}.{column}")
+                continue
+            con.execute(f'comment on column {qualified}."{column}" is {sql_string(text)}')
+    return missing

@@ -1,0 +1,101 @@
+"""Settings: every bad value is reported before any work, one line each, all at once."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from conftest import PROJECT
+from dagster_project.settings import Settings, SettingsError, parse_size
+
+
+@pytest.mark.parametrize("name, value", [
+    ("FLYWHEEL_AS_OF", "2026-13-45"),
+    ("FLYWHEEL_AS_OF", "yesterday"),
+    ("FLYWHEEL_MAX_LINE_BYTES", "16 megs"),
+    ("FLYWHEEL_MAX_LINE_BYTES", "0"),
+    ("FLYWHEEL_EVAL_FRACTION", "2"),
+    ("FLYWHEEL_EVAL_FRACTION", "five percent"),
+    ("FLYWHEEL_SEAL_AFTER", "1day"),
+    ("FLYWHEEL_DPO_MAX_PAIRS", "-1"),
+    ("FLYWHEEL_SESSION_RETENTION_DAYS", "half a year"),
+])
+def test_each_bad_value_is_one_line_naming_variable_value_and_example(name, value):
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({name: value})
+    assert raised.value.problems == [str(raised.value)]  # exactly one line
+    line = raised.value.problems[0]
+    assert line.startswith(f"{name}={value!r} is not valid") and f"e.g. {name}=" in line
+
+
+def test_all_problems_are_reported_at_once():
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"FLYWHEEL_AS_OF": "2026-13-45", "FLYWHEEL_EVAL_FRACTION": "2",
+                           "FLYWHEEL_SEAL_AFTER": "1day", "FLYWHEEL_MAX_LINE_BYTES": "lots"})
+    assert [p.split("=")[0] for p in raised.value.problems] == [
+        "FLYWHEEL_SEAL_AFTER", "FLYWHEEL_MAX_LINE_BYTES", "FLYWHEEL_AS_OF", "FLYWHEEL_EVAL_FRACTION"]
+
+
+def test_good_values_and_sizes():
+    s = Settings.from_env({"FLYWHEEL_AS_OF": "2026-04-03", "FLYWHEEL_MAX_LINE_BYTES": "16MB",
+                           "FLYWHEEL_EVAL_FRACTION": "0", "FLYWHEEL_SEAL_AFTER": "90m",
+                           "FLYWHEEL_DPO_MAX_PAIRS": "4", "FLYWHEEL_SESSION_RETENTION_DAYS": "30"})
+    assert (s.as_of, s.max_line_bytes, s.eval_fraction, s.seal_after_seconds, s.dpo_max_pairs,
+            s.session_retention_days) == (date(2026, 4, 3), 16 * 1024**2, 0.0, 5400.0, 4, 30)
+    assert [parse_size(t) for t in ("16777216", "16MiB", "16 mb", "512k", "1G")] == [
+        16777216, 16777216, 16777216, 512 * 1024, 1024**3]
+    assert Settings.from_env({}).max_line_bytes == 16 * 1024**2
+
+
+def test_defaults_resolve_from_the_project_inside_the_checkout_and_env_paths_from_cwd(tmp_path):
+    inside = Settings.from_env({}, cwd=PROJECT / "data")
+    assert inside.warehouse == PROJECT / "data" / "warehouse.duckdb"
+    assert inside.raw_dir == PROJECT / "data" / "raw"
+    outside = Settings.from_env({}, cwd=tmp_path)
+    assert outside.warehouse == tmp_path / "data" / "warehouse.duckdb"
+    given = Settings.from_env({"FLYWHEEL_WAREHOUSE": "wh.duckdb"}, cwd=PROJECT / "data")
+    assert given.warehouse == PROJECT / "data" / "wh.duckdb"
+
+
+def preflight_problems(tmp_path, **env) -> list[str]:
+    settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
+                                  "FLYWHEEL_WAREHOUSE": str(tmp_path / "wh.duckdb"),
+                                  "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"), **env})
+    try:
+        settings.preflight()
+    except SettingsError as exc:
+        return exc.problems
+    return []
+
+
+def test_preflight_names_each_unusable_path(tmp_path):
+    (tmp_path / "raw").mkdir()
+    assert preflight_problems(tmp_path) == []
+    assert preflight_problems(tmp_path, FLYWHEEL_RAW_DIR=str(tmp_path / "nope")) == [
+        f"FLYWHEEL_RAW_DIR={tmp_path / 'nope'} does not exist: point it at the root of the raw lake, "
+        f"e.g. FLYWHEEL_RAW_DIR={PROJECT / 'data' / 'raw'}"]
+    (tmp_path / "file").write_text("x")
+    problems = preflight_problems(tmp_path, FLYWHEEL_RAW_DIR=str(tmp_path / "file"),
+                                  FLYWHEEL_WAREHOUSE=str(tmp_path),
+                                  FLYWHEEL_EXPORT_DIR=str(tmp_path / "file"),
+                                  FLYWHEEL_SOURCES=str(tmp_path / "sources.yaml"))
+    assert [p.split("=")[0] for p in problems] == [
+        "FLYWHEEL_RAW_DIR", "FLYWHEEL_WAREHOUSE", "FLYWHEEL_EXPORT_DIR", "FLYWHEEL_SOURCES"]
+    assert "is not a directory" in problems[0] and "is a directory" in problems[1]
+    assert "is a file" in problems[2] and "does not exist" in problems[3]
+    # a warehouse under a file cannot be created
+    problems = preflight_problems(tmp_path, FLYWHEEL_WAREHOUSE=str(tmp_path / "file" / "wh.duckdb"))
+    assert problems == [f"FLYWHEEL_WAREHOUSE={tmp_path / 'file' / 'wh.duckdb'}: {tmp_path / 'file'} is not a "
+                        f"directory; choose a writable place, e.g. FLYWHEEL_WAREHOUSE="
+                        f"{Path.home() / 'flywheel' / 'warehouse.duckdb'}"]
+
+
+def test_preflight_reports_a_malformed_sources_file_in_one_line(tmp_path):
+    (tmp_path / "raw").mkdir()
+    bad = tmp_path / "sources.yaml"
+    bad.write_text("sources:\n  interactions: {globs: [x], colour: red}\n")
+    problems = preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(bad))
+    assert problems == [f"FLYWHEEL_SOURCES: {bad}: sources.interactions: unknown keys ['colour']; "
+                        "allowed: ['enabled', 'globs', 'time_zone']"]

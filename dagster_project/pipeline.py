@@ -118,7 +118,7 @@ def mark_failed(settings: Settings, run_id: str, error: str) -> None:
     """Record a failed run in ``ingest.runs`` (the published warehouse keeps its last version)."""
     if not settings.state_db.exists():
         return
-    from dagster_project.ingest import ensure_schema
+    from dagster_project.engine import ensure_schema
     from dagster_project.state import record_run
 
     with state_connection(settings) as con:

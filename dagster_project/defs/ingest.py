@@ -8,7 +8,7 @@ instead of nine copies.
 
 import dagster as dg
 
-from dagster_project.ingest import Ingestor, check_accounting
+from dagster_project.engine import Ingestor, check_accounting
 from dagster_project.metadata import count, markdown_table, preview
 from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource

@@ -46,7 +46,7 @@ FILE_STATE = pa.schema([
     ("high_water_mark", pa.int64()), ("status", pa.string()), ("deferred_bytes", pa.int64()),
     ("generation", pa.int64()), ("has_state", pa.bool_()), ("lines_read", pa.int64()),
     ("rows_loaded", pa.int64()), ("rows_quarantined", pa.int64()), ("blank_lines", pa.int64()),
-    ("run_id", pa.string()), ("at", pa.timestamp("us", tz="UTC"))])
+    ("first_run_id", pa.string()), ("run_id", pa.string()), ("at", pa.timestamp("us", tz="UTC"))])
 
 Progress = Callable[[str], None]
 
@@ -234,7 +234,8 @@ class Ingestor:
             return
         self.con.execute("begin transaction")
         try:
-            tables, rejects, events, keys_set, keys_gone, tombstones = [], [], [], [], [], []
+            tables, rejects, events, tombstones = [], [], [], []
+            keys: dict[tuple[str, int], str | None] = {}  # (path, key) -> sha256, None: deleted
             for i, e in enumerate(batch):
                 res = self.results.setdefault(e.path, FileResult(e.path, "unchanged"))
                 if e.kind == "span":
@@ -277,11 +278,11 @@ class Ingestor:
                         "text": pa.array([r[1] if r[1] is not None else "null" for r in rows], pa.large_string()),
                     }, schema=LINES_SCHEMA)))
                     res.lines += len(rows)
-                    keys_set += [(e.path, r[0], sqlite.text_sha(r[1])) for r in rows]
+                    keys.update({(e.path, r[0]): sqlite.text_sha(r[1]) for r in rows})
                 elif e.kind == "tombstones":
                     gone = json.loads(bytes(e.data))
                     tombstones.append((e, gone))
-                    keys_gone += [(e.path, k) for k in gone]
+                    keys.update({(e.path, k): None for k in gone})
                 elif e.kind == "corrupt":
                     rejects.append((i, Rejected(0, None, "corrupt_file", e.meta["detail"], None, None)))
                     res.lines += 1
@@ -294,6 +295,8 @@ class Ingestor:
                     "where path = $path and line_number in (select unnest($keys::bigint[])) "
                     "and observed_seq < $seq and deleted_at_source is null",
                     {"at": e.observed_at, "path": e.path, "keys": gone, "seq": e.seq})
+            keys_gone = [k for k, sha in keys.items() if sha is None]
+            keys_set = [(p, k, sha) for (p, k), sha in keys.items() if sha is not None]
             if keys_gone:
                 self.con.executemany("delete from ingest.sqlite_keys where source = ? and path = ? and key = ?",
                                      [(self.spec.name, p, k) for p, k in keys_gone])
@@ -303,7 +306,7 @@ class Ingestor:
                                                      "sha256": [k[2] for k in keys_set]}))
                 try:
                     self.con.execute("insert or replace into ingest.sqlite_keys "
-                                     "select $source, path, key, last(sha256) from _keys group by path, key",
+                                     "select $source, path, key, sha256 from _keys",
                                      {"source": self.spec.name})
                 finally:
                     self.con.unregister("_keys")
@@ -422,7 +425,9 @@ class Ingestor:
         """Per-file accounting: counts add up across generations and versions; the watermark
         columns mirror the latest state recorded in bronze."""
         latest: dict[str, bronze_mod.Entry] = {}
+        first_run: dict[str, str] = {}
         for e in batch:
+            first_run.setdefault(e.path, e.run_id)
             latest[e.path] = e if e.state is not None or e.path not in latest else latest[e.path]
         counts = getattr(self, "counts", {})
         rows = []
@@ -436,7 +441,8 @@ class Ingestor:
                 "prefix_sha256": s.get("prefix_sha"), "high_water_mark": s.get("hwm"), "status": s.get("status"),
                 "deferred_bytes": s.get("deferred"), "generation": s.get("generation"),
                 "has_state": e.state is not None, "lines_read": lines, "rows_loaded": loaded,
-                "rows_quarantined": quarantined, "blank_lines": blank, "run_id": e.run_id,
+                "rows_quarantined": quarantined, "blank_lines": blank, "first_run_id": first_run[path],
+                "run_id": e.run_id,
                 "at": datetime.fromisoformat(e.observed_at)})
         self.counts = {}
         self.con.register("_file_updates", pa.Table.from_pylist(rows, schema=FILE_STATE))
@@ -460,7 +466,7 @@ class Ingestor:
                     case when u.has_state then u.high_water_mark else old.high_water_mark end,
                     coalesce(case when u.has_state then u.status else old.status end, 'ok'),
                     case when u.has_state then u.generation else old.generation end,
-                    coalesce(old.first_run_id, u.run_id), u.run_id, u.at
+                    coalesce(old.first_run_id, u.first_run_id), u.run_id, u.at
                 from _file_updates u left join ingest.files old using (source, path)
                 on conflict (source, path) do update set
                     lines_read = excluded.lines_read, rows_loaded = excluded.rows_loaded,

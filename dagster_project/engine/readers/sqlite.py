@@ -48,6 +48,7 @@ def read(view: FileView, table: SqliteTable, known_keys: Callable[[], dict[int, 
         return []
     try:
         rows = _snapshot(view, table)
+        after = signature(view)
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
             return [Unit("event", event=("locked", f"{exc} after waiting {LOCK_WAIT_SECONDS:g} s; "
@@ -79,9 +80,16 @@ def read(view: FileView, table: SqliteTable, known_keys: Callable[[], dict[int, 
     if changed:
         payload = "".join(json.dumps([k, t], ensure_ascii=False) + "\n" for k, t in changed)
         units.append(Unit("rows", payload.encode("utf-8", errors="surrogatepass"), {"rows": len(changed)}))
-    state = {"format": "sqlite", "status": "ok", **sig, "generation": (known or {}).get("generation", 1),
+    # Reading may create the -wal/-shm files: keep the signature seen after reading when nothing
+    # else changed meanwhile; otherwise the one before, so the next run looks again.
+    state = {"format": "sqlite", "status": "ok", **(after if _same_content(sig, after) else sig), "generation": (known or {}).get("generation", 1),
              "hwm": max(hashes) if hashes else None, "rows": len(rows)}
     return finish(units, state, known)
+
+
+def _same_content(before: dict, after: dict) -> bool:
+    return all(before[k] == after[k] for k in ("size", "mtime_ns", "ino", "header_sha")) \
+        and (before["wal"] is None or before["wal"] == after["wal"])
 
 
 def _snapshot(view: FileView, table: SqliteTable) -> list[tuple[int, str | None]]:

@@ -98,6 +98,11 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 rt.add_row(rid[:8] + ("*" if rid == run_id else ""), mode, st,
                            start.strftime("%Y-%m-%d %H:%M:%S"), f"{lines:,}", f"{loaded:,}", f"{quarantined:,}")
             out.print(rt)
+        from dagster_project.engine import bronze_usage
+
+        usage = bronze_usage(settings)
+        out.print(f"bronze record: {usage['objects']:,} objects, {usage['compressed_bytes'] / 1e6:,.1f} MB "
+                  f"compressed for {usage['raw_bytes'] / 1e6:,.1f} MB read ({settings.state_dir / 'bronze'})")
         _print_publications(con, settings)
     finally:
         con.close()

@@ -14,7 +14,6 @@ from dagster_project import progress
 from dagster_project.settings import Settings
 from dagster_project.sources import builtin_sources
 from dagster_project.state import state_connection, writer_lock
-from transforms.classify import q
 
 
 @dataclass
@@ -38,12 +37,14 @@ def run_config(full_refresh: bool) -> dict:
 
 
 def forget_files(settings: Settings, paths: list[tuple[str, str]]) -> None:
-    """Make the engine read these files again from byte 0 (their rows and quarantine go first)."""
+    """Make the engine classify these files' sources again: their derived tables are dropped and
+    the next run replays every byte bronze holds for them (nothing is re-read or lost)."""
+    from dagster_project.engine import ensure_schema, reset_source
+
     with state_connection(settings) as con:
-        for source, path in paths:
-            con.execute(f"delete from raw.{q(source)} where path = ?", [path])
-            for table in ("ingest.quarantine", "ingest.files"):
-                con.execute(f"delete from {table} where source = ? and path = ?", [source, path])
+        ensure_schema(con)
+        for source in sorted({source for source, _ in paths}):
+            reset_source(con, source)
 
 
 @contextmanager

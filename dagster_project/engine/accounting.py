@@ -75,13 +75,14 @@ def ensure_raw_table(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> None:
         )
 
 
-def reset_source(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> None:
-    """Drop everything derived from bronze for ``spec`` (full refresh replays it)."""
-    con.execute(f"drop table if exists raw.{q(spec.name)}")
-    con.execute(f"drop table if exists staging.{q(spec.name)}")
+def reset_source(con: duckdb.DuckDBPyConnection, source: str) -> None:
+    """Drop everything derived from bronze for ``source``: its next run replays bronze whole
+    (through today's classifier) before reading what is new in the producers' files."""
+    con.execute(f"drop table if exists raw.{q(source)}")
+    con.execute(f"drop table if exists staging.{q(source)}")
     for table in ("ingest.quarantine", "ingest.files", "ingest.file_events", "ingest.bronze_applied",
                   "ingest.sqlite_keys"):
-        con.execute(f"delete from {table} where source = ?", [spec.name])
+        con.execute(f"delete from {table} where source = ?", [source])
 
 
 def check_accounting(con: duckdb.DuckDBPyConnection, source: str | None = None) -> None:

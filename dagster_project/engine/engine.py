@@ -115,7 +115,7 @@ class Ingestor:
         started = time.perf_counter()
         ensure_schema(self.con)
         if full_refresh:
-            reset_source(self.con, self.spec)
+            reset_source(self.con, self.spec.name)
         ensure_raw_table(self.con, self.spec)
         report = SourceReport(self.spec.name, self.run_id)
 

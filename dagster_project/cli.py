@@ -98,6 +98,11 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 rt.add_row(rid[:8] + ("*" if rid == run_id else ""), mode, st,
                            start.strftime("%Y-%m-%d %H:%M:%S"), f"{lines:,}", f"{loaded:,}", f"{quarantined:,}")
             out.print(rt)
+        if run_id:
+            for source, path, event, detail in con.execute(
+                    "select source, path, event, detail from ingest.file_events where run_id = ? "
+                    "order by occurred_at, path", [run_id]).fetchall():
+                out.print(f"[yellow]{event}[/] {source}: {path}: {detail}")
         from dagster_project.engine import bronze_usage
 
         usage = bronze_usage(settings)

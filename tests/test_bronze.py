@@ -202,3 +202,33 @@ def test_future_mtime_still_seals_the_partial_tail(settings):
     assert reports["feedback"].files[0].event == "sealed"
     assert rows(con, "select reason from ingest.quarantine") == [("unterminated_last_line",)]
     assert rows(con, "select lines_read, rows_quarantined, deferred_bytes from ingest.files") == [(1, 1, 0)]
+
+
+def test_crash_after_bronze_write_is_recovered_by_the_next_run(settings):
+    """A run killed between writing bronze and committing raw: the next run applies it once."""
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    crash = subprocess.run([sys.executable, "-c", f"""
+import os, sys
+sys.path.insert(0, {str(os.getcwd())!r}); sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+from conftest import ingest
+from dagster_project.engine import engine
+from dagster_project.settings import Settings
+def die(self, batch):
+    if batch:
+        os.kill(os.getpid(), 9)
+engine.Ingestor._apply = die
+ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
+                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}}}), "crashed", sources=["interactions"])
+"""])
+    assert crash.returncode == -9
+    assert bronze_usage(settings)["objects"] == 1
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert reports["interactions"].replayed_entries == 1
+    assert reports["interactions"].files[0].event == "unchanged"  # bronze already holds its bytes
+    assert rows(con, "select count(*), min(ingest_run_id) from raw.interactions") == [(3, "crashed")]
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(3, 3)]
+    with path.open("ab") as fh:
+        fh.write(dumps(interaction(7)).encode() + b"\n")
+    con, _ = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(4, 4)]

@@ -15,6 +15,7 @@ bronze and incremental == full refresh whatever the producers did to their files
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -259,7 +260,6 @@ class Ingestor:
                     try:
                         elements = list(json_array.elements(data))
                     except ValueError as exc:
-                        import hashlib
                         rejects.append((i, Rejected(1, 0, "corrupt_file", f"not a readable JSON array: {exc}",
                                                     data[:65536].decode("utf-8", errors="backslashreplace"),
                                                     None, hashlib.sha256(data).hexdigest(), len(data))))

@@ -232,3 +232,24 @@ ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
         fh.write(dumps(interaction(7)).encode() + b"\n")
     con, _ = ingest(settings, "run-3", sources=["interactions"], con=con)
     assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(4, 4)]
+
+
+def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
+    from dagster_project.engine.bronze import Bronze
+
+    db = settings.raw_dir / SESSIONS
+    conn = store(db, [f"k{i}" for i in range(1, 5001)])  # rowid i: ranges of 1,024 keys 0..4
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    conn.execute("update session_feedback set value = ? where id = 'k1500'", [rating("k1500", "negative")])
+    conn.execute("delete from session_feedback where id = 'k10'")
+    add(conn, "k5001")
+    conn.commit()
+    conn.close()
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert reports["session_ratings"].files[0].lines == 2  # the edited row and the new one
+    last = [e for e in Bronze(settings, "session_ratings").entries() if e.kind == "rows"][-1]
+    assert last.meta == {"rows": 2, "ranges_read": 3, "rows_compared": 5000 - 2048}  # ranges 2, 3 untouched
+    assert rows(con, "select id, label, deleted_at_source is not null from staging.session_ratings "
+                     "where id in ('k10', 'k1500', 'k5001') order by id") == [
+        ("k10", "positive", True), ("k1500", "negative", False), ("k5001", "positive", False)]
+    assert rows(con, "select lines_read, high_water_mark from ingest.files") == [(5002, 5001)]

@@ -168,7 +168,7 @@ class Ingestor:
         view = FileView(path, real, known, self.settings, self.now)
         try:
             if real.suffix in SQLITE_SUFFIXES and self.spec.sqlite is not None:
-                units = sqlite.read(view, self.spec.sqlite, lambda: self._sqlite_keys(path))
+                units = sqlite.read(view, self.spec.sqlite, lambda ranges: self._sqlite_keys(path, ranges))
             else:
                 buf = jsonl.open_map(real)
                 try:
@@ -193,9 +193,12 @@ class Ingestor:
                 or ("appended" if any(u.kind in ("span", "rows", "array", "tombstones") for u in units) else "unchanged")
         return units, kind
 
-    def _sqlite_keys(self, path: str) -> dict[int, str]:
-        return dict(self.con.execute("select key, sha256 from ingest.sqlite_keys where source = ? and path = ?",
-                                     [self.spec.name, path]).fetchall())
+    def _sqlite_keys(self, path: str, ranges: list[int]) -> dict[int, str]:
+        """The sha256 per key the lake holds for these key ranges of a SQLite file."""
+        return dict(self.con.execute(
+            "select key, sha256 from ingest.sqlite_keys where source = ? and path = ? "
+            f"and key >> {sqlite.RANGE_BITS} in (select unnest(?::bigint[]))",
+            [self.spec.name, path, ranges]).fetchall())
 
     def _entry(self, path: str, unit: Unit) -> bronze_mod.Entry:
         entry = bronze_mod.Entry(

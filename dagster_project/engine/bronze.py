@@ -103,7 +103,7 @@ class Bronze:
         text = "".join(e.to_json() + "\n" for e in entries)
         _atomic_write(self.dir / f"{entries[0].seq:012d}.jsonl", text.encode("utf-8"))
 
-    def payload(self, entry: Entry) -> bytes | None:
+    def payload(self, entry: Entry) -> memoryview | None:
         if entry.object is None:
             return None
         data = self._objects.get(entry.object)
@@ -112,7 +112,7 @@ class Bronze:
             size = int.from_bytes(blob[:8], "little")
             data = pa.decompress(blob[8:], size, "zstd", asbytes=True)
             self._objects = {entry.object: data}  # keep one object: replay walks them in order
-        return data[entry.offset:entry.offset + entry.length]
+        return memoryview(data)[entry.offset:entry.offset + entry.length]  # no copy
 
 
 def _atomic_write(target: Path, data: bytes) -> None:

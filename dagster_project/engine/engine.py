@@ -15,9 +15,6 @@ bronze and incremental == full refresh whatever the producers did to their files
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -30,14 +27,15 @@ import pyarrow as pa
 from dagster_project.engine import bronze as bronze_mod
 from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
                                                ensure_schema, reset_source)
+from dagster_project.engine.discovery import SQLITE_SUFFIXES, discover
 from dagster_project.engine.readers import FileView, Unit
 from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
 from transforms.classify import build_sql, output_columns, q, strict_verdict
-from transforms.lines import LINES_SCHEMA, Rejected, split_lines
+from transforms.lines import Rejected
 from transforms.spec import SourceSpec
 
-SQLITE_SUFFIXES = {".db", ".sqlite", ".sqlite3"}
+DECODERS = {"span": jsonl.decode, "array": json_array.decode, "rows": sqlite.decode}
 BATCH_BYTES = 192 * 1024 * 1024  # classify and commit this much input at a time
 QUARANTINE_COLUMNS = ["source", "path", "line_number", "byte_offset", "reason", "detail",
                       "raw_text", "raw_bytes", "raw_sha256", "raw_length", "run_id", "quarantined_at"]
@@ -50,46 +48,6 @@ FILE_STATE = pa.schema([
     ("first_run_id", pa.string()), ("run_id", pa.string()), ("at", pa.timestamp("us", tz="UTC"))])
 
 Progress = Callable[[str], None]
-
-
-# --------------------------------------------------------------------------- discovery
-
-
-def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
-    """(stored path, real path) of every file the source's globs match, sorted by stored path."""
-    found: dict[str, Path] = {}
-    for pattern in spec.globs:
-        pattern = os.path.expanduser(pattern)
-        if os.path.isabs(pattern):
-            anchor = Path(pattern).anchor
-            matches = Path(anchor).glob(os.path.relpath(pattern, anchor))
-        else:
-            matches = raw_dir.glob(pattern)
-        for real in matches:
-            if real.is_file():
-                found[stored_path(real, raw_dir)] = real
-    return sorted(found.items())
-
-
-def stored_path(real: Path, raw_dir: Path) -> str:
-    try:
-        return real.resolve().relative_to(raw_dir.resolve()).as_posix()
-    except ValueError:
-        return real.resolve().as_posix()
-
-
-def unclaimed_files(specs: dict[str, SourceSpec], raw_dir: Path) -> list[str]:
-    """Files under the raw root that no source claims (worth a warning, never silently ignored)."""
-    claimed = {p for spec in specs.values() for p, _ in discover(spec, raw_dir)}
-    ignored_suffixes = ("-wal", "-shm", "-journal")
-    out = []
-    if raw_dir.exists():
-        for real in sorted(raw_dir.rglob("*")):
-            if real.is_file() and not real.name.startswith(".") and not real.name.endswith(ignored_suffixes):
-                rel = stored_path(real, raw_dir)
-                if rel not in claimed:
-                    out.append(rel)
-    return out
 
 
 # --------------------------------------------------------------------------- the engine
@@ -242,48 +200,16 @@ class Ingestor:
             keys: dict[tuple[str, int], str | None] = {}  # (path, key) -> sha256, None: deleted
             for i, e in enumerate(batch):
                 res = self.results.setdefault(e.path, FileResult(e.path, "unchanged"))
-                if e.kind == "span":
-                    m = e.meta
-                    split = split_lines(e.data, start_offset=m["start"], first_line_number=m["first_line"],
-                                        max_line_bytes=self.settings.max_line_bytes)
-                    found = list(split.rejected)
-                    res.lines += split.n_lines
-                    if m["sealed"] and split.tail:
-                        raw = bytes(memoryview(e.data)[split.consumed:])
-                        found.append(Rejected(
-                            m["first_line"] + split.n_lines, m["start"] + split.consumed, "unterminated_last_line",
-                            f"the last line has no newline and the file has not changed for "
-                            f"{self.settings.seal_after_seconds / 3600:g} h (FLYWHEEL_SEAL_AFTER)",
-                            raw.decode("utf-8", errors="backslashreplace"), raw if _invalid_utf8(raw) else None))
-                        res.lines += 1
+                if e.kind in DECODERS:
+                    # Per-file state (e.state, earlier entries of e.path) is at hand here, in order.
+                    table, found, n = DECODERS[e.kind](e.data, e.meta, self.settings)
+                    res.lines += n
                     rejects += [(i, r) for r in found]
-                    tables.append((i, split.lines))
-                elif e.kind == "array":
-                    data = bytes(e.data)
-                    try:
-                        elements = list(json_array.elements(data))
-                    except ValueError as exc:
-                        rejects.append((i, Rejected(1, 0, "corrupt_file", f"not a readable JSON array: {exc}",
-                                                    data[:65536].decode("utf-8", errors="backslashreplace"),
-                                                    None, hashlib.sha256(data).hexdigest(), len(data))))
-                        res.lines += 1
-                    else:
-                        tables.append((i, pa.table({
-                            "line_number": pa.array([x[0] for x in elements], pa.int64()),
-                            "byte_offset": pa.array([x[1] for x in elements], pa.int64()),
-                            "text": pa.array([x[2] for x in elements], pa.large_string())}, schema=LINES_SCHEMA)))
-                        res.lines += len(elements)
-                elif e.kind == "rows":
-                    rows = [json.loads(line) for line in bytes(e.data).decode("utf-8", errors="surrogatepass").splitlines()]
-                    tables.append((i, pa.table({
-                        "line_number": pa.array([r[0] for r in rows], pa.int64()),
-                        "byte_offset": pa.nulls(len(rows), pa.int64()),
-                        "text": pa.array([r[1] if r[1] is not None else "null" for r in rows], pa.large_string()),
-                    }, schema=LINES_SCHEMA)))
-                    res.lines += len(rows)
-                    keys.update({(e.path, r[0]): sqlite.text_sha(r[1]) for r in rows})
+                    tables.append((i, table))
+                    if e.kind == "rows":
+                        keys.update({(e.path, k): sha for k, sha in sqlite.key_hashes(table)})
                 elif e.kind == "tombstones":
-                    gone = json.loads(bytes(e.data))
+                    gone = sqlite.tombstone_keys(e.data)
                     tombstones.append((e, gone))
                     keys.update({(e.path, k): None for k in gone})
                 elif e.kind == "corrupt":
@@ -482,11 +408,3 @@ class Ingestor:
                 """)
         finally:
             self.con.unregister("_file_updates")
-
-
-def _invalid_utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-        return False
-    except UnicodeDecodeError:
-        return True

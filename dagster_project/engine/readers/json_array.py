@@ -7,7 +7,11 @@ import hashlib
 import json
 from collections.abc import Iterator
 
+import pyarrow as pa
+
 from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
+from dagster_project.settings import Settings
+from transforms.lines import LINES_SCHEMA, Rejected
 
 
 def read(view: FileView, buf) -> list[Unit]:
@@ -29,6 +33,23 @@ def read(view: FileView, buf) -> list[Unit]:
              "lines": 0, "prefix_sha": sha, "tail_sha": None, "changed_at": min(sig["mtime_ns"] / 1e9, view.now),
              "deferred": 0}
     return finish(units, state, known)
+
+
+def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
+    """Each element as a line (its 1-based number and byte offset); an unreadable array is one
+    ``corrupt_file`` line."""
+    data = bytes(data)
+    try:
+        found = list(elements(data))
+    except ValueError as exc:
+        return LINES_SCHEMA.empty_table(), [Rejected(
+            1, 0, "corrupt_file", f"not a readable JSON array: {exc}",
+            data[:65536].decode("utf-8", errors="backslashreplace"), None,
+            hashlib.sha256(data).hexdigest(), len(data))], 1
+    table = pa.table({"line_number": pa.array([x[0] for x in found], pa.int64()),
+                      "byte_offset": pa.array([x[1] for x in found], pa.int64()),
+                      "text": pa.array([x[2] for x in found], pa.large_string())}, schema=LINES_SCHEMA)
+    return table, [], len(found)
 
 
 def first_byte(buf) -> bytes:

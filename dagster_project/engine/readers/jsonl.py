@@ -12,7 +12,10 @@ import hashlib
 import mmap
 
 import numpy as np
+import pyarrow as pa
 
+from dagster_project.settings import Settings
+from transforms.lines import Rejected, split_lines
 from dagster_project.engine.readers import TAIL_CHECK_BYTES, FileView, Unit, finish, sealed, stat_signature
 
 CHUNK_BYTES = 256 * 1024 * 1024  # spans of at most this much, so memory stays bounded
@@ -98,3 +101,28 @@ def read(view: FileView, buf=None) -> list[Unit]:
              "lines": lines_done, "prefix_sha": hasher.hexdigest() if position else None,
              "tail_sha": tail_sha(buf, position), "changed_at": changed_at, "deferred": deferred}
     return finish(units, state, known)
+
+
+def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
+    """A span's candidate lines, its pre-JSON rejects, and how many lines it holds; a sealed
+    span's partial last line is quarantined as ``unterminated_last_line``."""
+    split = split_lines(data, start_offset=meta["start"], first_line_number=meta["first_line"],
+                        max_line_bytes=settings.max_line_bytes)
+    found, n = list(split.rejected), split.n_lines
+    if meta["sealed"] and split.tail:
+        raw = bytes(memoryview(data)[split.consumed:])
+        found.append(Rejected(
+            meta["first_line"] + split.n_lines, meta["start"] + split.consumed, "unterminated_last_line",
+            f"the last line has no newline and the file has not changed for "
+            f"{settings.seal_after_seconds / 3600:g} h (FLYWHEEL_SEAL_AFTER)",
+            raw.decode("utf-8", errors="backslashreplace"), raw if _invalid_utf8(raw) else None))
+        n += 1
+    return split.lines, found, n
+
+
+def _invalid_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True

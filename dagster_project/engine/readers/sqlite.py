@@ -17,10 +17,14 @@ import json
 import os
 import sqlite3
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
 
 from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
+from dagster_project.settings import Settings
 from transforms.classify import q
+from transforms.lines import LINES_SCHEMA, Rejected
 from transforms.spec import SqliteTable
 
 LOCK_WAIT_SECONDS = 5.0
@@ -142,3 +146,23 @@ def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
         return [Unit("corrupt", None, {"detail": f"cannot read table: {exc}"}, state=state,
                      event=("corrupt", str(exc)))]
     return [Unit("event", state=state, event=("corrupt", f"{exc}; earlier rows kept, retried when the file changes"))]
+
+
+def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
+    """Rows as lines: the key is the line number (SQLite rows have no byte offset)."""
+    rows = [json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").splitlines()]
+    table = pa.table({"line_number": pa.array([r[0] for r in rows], pa.int64()),
+                      "byte_offset": pa.nulls(len(rows), pa.int64()),
+                      "text": pa.array([r[1] if r[1] is not None else "null" for r in rows], pa.large_string())},
+                     schema=LINES_SCHEMA)
+    return table, [], len(rows)
+
+
+def key_hashes(table: pa.Table) -> Iterator[tuple[int, str]]:
+    """(key, sha256 of the record) of decoded rows, as ``read`` compares them."""
+    for key, text in zip(table.column("line_number").to_pylist(), table.column("text").to_pylist()):
+        yield key, text_sha(text)
+
+
+def tombstone_keys(data) -> list[int]:
+    return json.loads(bytes(data))

@@ -34,7 +34,7 @@ def _settings(workdir: Path) -> Settings:
 
 
 def _jsonl_files(settings: Settings) -> dict[str, list[Path]]:
-    from dagster_project.ingest import SQLITE_SUFFIXES, discover
+    from dagster_project.engine import SQLITE_SUFFIXES, discover
     from dagster_project.sources import load_sources
 
     out = {}

@@ -172,6 +172,16 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                            start.strftime("%Y-%m-%d %H:%M:%S"), f"{lines:,}", f"{loaded:,}", f"{quarantined:,}")
             out.print(rt)
             _print_excluded(con, run_id or runs[0][0])
+        if run_id:
+            for source, path, event, detail in con.execute(
+                    "select source, path, event, detail from ingest.file_events where run_id = ? "
+                    "order by occurred_at, path", [run_id]).fetchall():
+                out.print(f"[yellow]{event}[/] {source}: {path}: {detail}")
+        from dagster_project.engine import bronze_usage
+
+        usage = bronze_usage(settings)
+        out.print(f"bronze record: {usage['objects']:,} objects, {usage['compressed_bytes'] / 1e6:,.1f} MB "
+                  f"compressed for {usage['raw_bytes'] / 1e6:,.1f} MB read ({settings.state_dir / 'bronze'})")
         _print_publications(con, settings)
     finally:
         con.close()

@@ -16,7 +16,6 @@ from dagster_project import progress
 from dagster_project.settings import PROJECT_ROOT, Settings
 from dagster_project.sources import builtin_sources
 from dagster_project.state import state_connection, writer_lock
-from transforms.classify import q
 
 
 @dataclass
@@ -59,7 +58,7 @@ def run_config(full_refresh: bool, *, verbose: bool = False) -> dict:
 
 def source_warnings(settings: Settings) -> list[str]:
     """One line per enabled source whose globs match no file (its tables will stay empty)."""
-    from dagster_project.ingest import discover
+    from dagster_project.engine import discover
     from dagster_project.sources import load_sources
 
     return [f"source {name}: no files match {', '.join(spec.globs)} under {settings.raw_dir}"
@@ -74,12 +73,14 @@ def preflight(settings: Settings) -> list[str]:
 
 
 def forget_files(settings: Settings, paths: list[tuple[str, str]]) -> None:
-    """Make the engine read these files again from byte 0 (their rows and quarantine go first)."""
+    """Make the engine classify these files' sources again: their derived tables are dropped and
+    the next run replays every byte bronze holds for them (nothing is re-read or lost)."""
+    from dagster_project.engine import ensure_schema, reset_source
+
     with state_connection(settings) as con:
-        for source, path in paths:
-            con.execute(f"delete from raw.{q(source)} where path = ?", [path])
-            for table in ("ingest.quarantine", "ingest.files"):
-                con.execute(f"delete from {table} where source = ? and path = ?", [source, path])
+        ensure_schema(con)
+        for source in sorted({source for source, _ in paths}):
+            reset_source(con, source)
 
 
 @contextmanager
@@ -121,7 +122,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                  selection: list[str] | None = None, verbose: bool = False) -> PipelineResult:
     """Run the job in-process. Raises ``SettingsError`` before any work when settings cannot work."""
     from dagster_project.definitions import load_definitions
-    from dagster_project.ingest import ensure_schema
+    from dagster_project.engine import ensure_schema
     from dagster_project.state import record_run
 
     warnings = preflight(settings)
@@ -196,7 +197,7 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
     """Record a failed run in ``ingest.runs`` (the current snapshot stays current)."""
     if not settings.state_db.exists():
         return
-    from dagster_project.ingest import ensure_schema
+    from dagster_project.engine import ensure_schema
     from dagster_project.state import record_run
 
     with state_connection(settings) as con:

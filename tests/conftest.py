@@ -80,7 +80,7 @@ def settings(tmp_path):
 def ingest(settings, run_id: str = "run-1", *, sources=None, full_refresh: bool = False,
            con: duckdb.DuckDBPyConnection | None = None, now: float | None = None):
     """Ingest and stage every (or the named) source; return (connection, reports by source)."""
-    from dagster_project.ingest import Ingestor
+    from dagster_project.engine import Ingestor
     from dagster_project.sources import load_sources
     from transforms.staging import build_staging
 

@@ -36,8 +36,9 @@ def lakes(draw):
 
 
 def snapshot(con):
-    identity = rows(con, "select * exclude (ingest_run_id) from staging.interactions order by id")
-    content = rows(con, "select * exclude (ingest_run_id, path, line_number, byte_offset) "
+    # observed_seq is when this lake saw a line: two lakes fed differently see them at different times
+    identity = rows(con, "select * exclude (ingest_run_id, observed_seq) from staging.interactions order by id")
+    content = rows(con, "select * exclude (ingest_run_id, observed_seq, path, line_number, byte_offset) "
                         "from staging.interactions order by id")
     quarantine = rows(con, "select source, path, line_number, byte_offset, reason, detail, raw_text "
                            "from ingest.quarantine order by all")

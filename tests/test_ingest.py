@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import SAMPLES, dumps, ingest, interaction, rows, write_lines
-from dagster_project.ingest import AccountingError, check_accounting
+from dagster_project.engine import AccountingError, check_accounting
 from dagster_project.synth import EVENTLOG_DDL, SESSION_DDL
 
 BAD_CASES = [
@@ -166,27 +166,30 @@ def test_rerun_without_new_input_changes_nothing(settings):
         assert rows(con, f"select * from {table} order by all") == content, table
 
 
-def test_rewritten_and_shrunk_files_are_reported_and_never_double_counted(settings):
+def test_rewritten_and_shrunk_files_become_generations_and_keep_earlier_rows(settings):
     path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_ffffffff.jsonl",
                        [dumps(interaction(i)) for i in range(4)] + [b"null"])
     con, _ = ingest(settings, "run-1", sources=["interactions"])
-    # Rewrite: same size, one byte of the consumed prefix changed.
+    # Rewrite: same size, one byte of the consumed prefix changed -> generation 2, read whole.
     data = bytearray(path.read_bytes())
     data[data.index(b"How")] = ord("W")
     path.write_bytes(bytes(data))
     con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
     assert reports["interactions"].files[0].event == "rewritten"
-    assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [(5, 4, 1)]
-    assert rows(con, "select count(*) from raw.interactions") == [(4,)]
-    assert rows(con, "select count(*) from ingest.quarantine") == [(1,)]
-    # Shrink: keep two lines.
-    write_lines(path, [dumps(interaction(i)) for i in range(2)])
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined, generation from ingest.files") == [(10, 8, 2, 2)]
+    assert rows(con, "select count(*), count(distinct observed_seq) from raw.interactions") == [(8, 2)]
+    # the edited record is a new version of interaction 0 and wins (observed later, same offset)
+    assert rows(con, "select input_text from staging.interactions where id = ?", [interaction(0)["id"]]) == [
+        ("Wow do I read a file?",)]
+    # Shrink: first three lines removed -> generation 3; rows only the removed lines held stay.
+    write_lines(path, [dumps(interaction(i)) for i in range(3, 4)])
     con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
     assert reports["interactions"].files[0].event == "shrunk"
-    assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [(2, 2, 0)]
-    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined, generation from ingest.files") == [(11, 9, 2, 3)]
+    assert rows(con, "select count(*) from staging.interactions") == [(4,)]
     events = [e for (e,) in rows(con, "select event from ingest.file_events order by occurred_at")]
-    assert events.count("rewritten") >= 1 and events.count("shrunk") >= 1
+    assert events == ["rewritten", "shrunk"]
+    check_accounting(con)
 
 
 def test_legacy_logger_files_stay_out_of_interactions(settings):
@@ -214,9 +217,11 @@ def test_last_wins_ties_are_broken_by_path_then_offset(settings):
     con, _ = ingest(settings, sources=["feedback"])
     # equal event time: the greater path wins (2026-02-27 > 2026-02-26) ...
     assert rows(con, "select feedback, path from staging.feedback") == [("positive", "feedback/2026-02-27_feedback.jsonl")]
-    # ... and within one file the later line
+    # ... and within one file the later line (a fresh lake: a deleted file's rows would stay)
     b.unlink()
-    con, _ = ingest(settings, "run-2", sources=["feedback"], full_refresh=True, con=con)
+    from dataclasses import replace
+    fresh = replace(settings, warehouse=settings.warehouse.parent / "other" / "warehouse.duckdb")
+    con, _ = ingest(fresh, "run-2", sources=["feedback"])
     assert rows(con, "select feedback, line_number from staging.feedback") == [("neutral", 2)]
 
 

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from conftest import PROJECT
-from dagster_project.ingest import ensure_schema
+from dagster_project.engine import ensure_schema
 from dagster_project.pipeline import run_pipeline
 from dagster_project.publishing import (CURRENT, SNAPSHOTS, PublishError, current_version, list_snapshots,
                                         publish_snapshot, read_manifest, status, verify_snapshot)

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import PROJECT, ingest, rows
-from dagster_project.ingest import check_accounting
+from dagster_project.engine import check_accounting
 from dagster_project.synth import REAL_SIGNAL_ROWS, generate_lake
 
 RAW = PROJECT / "data" / "raw"

@@ -66,9 +66,16 @@ def parse_wall(text: str) -> datetime:
     return datetime.fromisoformat(text.strip()).replace(tzinfo=None)
 
 
-def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: str, raw_table: str) -> int:
+def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: str, raw_table: str,
+                  units: str) -> int:
     """Move second-pass lines of ``candidates`` (the classifier's output, not yet in raw) to the
-    later offset, with each file's earlier lines in ``raw_table`` as context. Returns lines moved.
+    later offset. Returns lines moved.
+
+    ``candidates.path`` is a unit key; ``units`` maps it (column ``k``) to the real ``path``, the
+    unit's observation ``seq`` and ``first_line`` (1: the unit starts a generation of the file, so
+    nothing before it counts). A unit that continues a generation takes the file's earlier lines
+    of that generation from ``raw_table`` as context: for each line number below ``first_line``,
+    the most recently observed row (earlier generations were observed before).
     """
     moved = 0
     for f in spec.fields:
@@ -77,31 +84,41 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
         zone = f.time_zone or spec.time_zone
         col, text_col, fold_col = q(f.name), q(f.name + "_text"), q(f.name + "_fold")
         rows = con.execute(
-            f"select path, line_number, {text_col} from {candidates} "
-            f"where reason is null and {fold_col} = ? order by path, line_number", [FOLD_FIRST]).fetchall()
+            f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{text_col} "
+            f"from {candidates} c join {units} u on c.path = u.k "
+            f"where c.reason is null and c.{fold_col} = ? order by u.path, u.seq, c.line_number",
+            [FOLD_FIRST]).fetchall()
         if not rows:
             continue
-        paths = sorted({r[0] for r in rows})
-        states: dict[str, dict[date, PassState]] = {p: {} for p in paths}
-        earlier = con.execute(
-            f"select path, {text_col}, {fold_col} from {raw_table} "
-            f"where path in (select unnest(?::varchar[])) and {fold_col} in (?, ?)",
-            [paths, FOLD_FIRST, FOLD_SECOND]).fetchall()
-        for path, text, fold in earlier:
-            wall = parse_wall(text)
-            st = states[path].setdefault(wall.date(), PassState())
-            if fold == FOLD_SECOND:
-                st.second = True
-            else:
-                st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
         updates = []
-        by_path: dict[str, list[tuple[int, datetime]]] = {}
-        for path, line_number, text in rows:
-            by_path.setdefault(path, []).append((line_number, parse_wall(text)))
+        by_path: dict[str, list[tuple]] = {}
+        for row in rows:
+            by_path.setdefault(row[0], []).append(row)
         for path, lines in by_path.items():
-            passes = assign_passes(states[path], [wall for _, wall in lines])
-            updates += [(instant(wall, zone, FOLD_SECOND), FOLD_SECOND, path, line_number)
-                        for (line_number, wall), fold in zip(lines, passes) if fold == FOLD_SECOND]
+            states: dict[date, PassState] = {}
+            first_seq, first_line = lines[0][1], lines[0][2]
+            if first_line > 1:  # the generation began before this batch: its earlier lines count
+                earlier = con.execute(
+                    f"select {text_col}, {fold_col} from {raw_table} where path = ? and line_number < ? "
+                    f"and observed_seq < ? and {fold_col} in (?, ?) "
+                    "qualify row_number() over (partition by line_number order by observed_seq desc) = 1 "
+                    "order by line_number", [path, first_line, first_seq, FOLD_FIRST, FOLD_SECOND]).fetchall()
+                for text, fold in earlier:
+                    wall = parse_wall(text)
+                    st = states.setdefault(wall.date(), PassState())
+                    if fold == FOLD_SECOND:
+                        st.second = True
+                    else:
+                        st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
+            seq = None
+            for _, unit_seq, unit_first, k, line_number, text in lines:
+                if unit_seq != seq:
+                    seq = unit_seq
+                    if unit_first == 1 and unit_seq != first_seq:
+                        states = {}  # a new generation of the file starts over
+                wall = parse_wall(text)
+                if assign_passes(states, [wall])[0] == FOLD_SECOND:
+                    updates.append((instant(wall, zone, FOLD_SECOND), FOLD_SECOND, k, line_number))
         if updates:
             con.executemany(f"update {candidates} set {col} = ?, {fold_col} = ? "
                             "where path = ? and line_number = ?", updates)

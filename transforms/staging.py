@@ -8,7 +8,7 @@ from transforms.classify import q
 from transforms.spec import SourceSpec
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
-              ("ingest_run_id", "varchar")]
+              ("ingest_run_id", "varchar"), ("observed_seq", "bigint"), ("deleted_at_source", "timestamptz")]
 
 
 def identity_columns(spec: SourceSpec) -> list[str]:
@@ -19,9 +19,11 @@ def order_terms(spec: SourceSpec) -> list[str]:
     """The total order, greatest last: the spec's keys, then file path and position.
 
     Ties on every source key are broken by path and byte offset (line number for SQLite rows),
-    so the winner never depends on the order files were listed or read.
+    so the winner never depends on the order files were listed or read. The observation order
+    (``observed_seq``, kept in bronze) comes last: a SQLite row edited in place, or a line at the
+    same offset of a later generation of a file, wins over what was seen before.
     """
-    keys = [*spec.order, "path", "byte_offset", "line_number"]
+    keys = [*spec.order, "path", "byte_offset", "line_number", "observed_seq"]
     seen: list[str] = []
     for key in keys:
         if key not in seen:

@@ -6,7 +6,7 @@ import json
 
 import dagster as dg
 
-from dagster_project.ingest import discover
+from dagster_project.engine import discover
 from dagster_project.resources import FlywheelResource
 from dagster_project.settings import Settings
 from dagster_project.sources import load_sources

@@ -8,7 +8,7 @@ instead of nine copies.
 
 import dagster as dg
 
-from dagster_project.ingest import Ingestor, check_accounting
+from dagster_project.engine import Ingestor, check_accounting
 from dagster_project.metadata import count, markdown_table, preview
 from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
@@ -25,7 +25,7 @@ WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
 class IngestConfig(dg.Config):
     full_refresh: bool = False
-    """Forget this source's watermarks, rows and quarantine, and read every file from the start."""
+    """Drop this source's raw/staging/accounting, replay its bronze record, then read what is new."""
 
 
 def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
@@ -78,6 +78,7 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             "deferred_bytes": counts["deferred_bytes"],
             "megabytes_read": round(mb, 3),
             "seconds": round(report.seconds, 3),
+            "bronze_entries_replayed": report.replayed_entries,
             "quarantined_by_reason": dg.MetadataValue.md(by_reason),
             "file_events": dg.MetadataValue.md(events),
         })

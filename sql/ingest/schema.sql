@@ -70,3 +70,24 @@ create table if not exists ingest.file_events (
     detail varchar,
     occurred_at timestamptz not null
 );
+
+-- Which generation of a line file the watermark belongs to (a file re-read after shrinking or
+-- being rewritten starts a new one; its earlier rows stay).
+alter table ingest.files add column if not exists generation bigint;
+
+-- Derived from bronze: the last bronze entry applied to raw per source. Entries after it are
+-- replayed first, so a crash between writing bronze and committing here loses nothing.
+create table if not exists ingest.bronze_applied (
+    source varchar primary key,
+    seq bigint not null
+);
+
+-- Derived from bronze: the sha256 of the record the lake holds per SQLite key, to find rows
+-- changed or deleted anywhere in a table.
+create table if not exists ingest.sqlite_keys (
+    source varchar not null,
+    path varchar not null,
+    key bigint not null,
+    sha256 varchar not null,
+    primary key (source, path, key)
+);

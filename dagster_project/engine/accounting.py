@@ -1,0 +1,109 @@
+"""The ingestion bookkeeping: schema, raw tables, per-file results, the accounting identity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+
+from transforms.classify import output_columns, q
+from transforms.spec import SourceSpec
+from transforms.sqlfiles import SQL_DIR
+from transforms.staging import PROVENANCE
+
+
+class AccountingError(RuntimeError):
+    """``lines_read ≠ rows_loaded + rows_quarantined + blank_lines`` for some file."""
+
+
+class SchemaChangedError(RuntimeError):
+    """The source's declared fields no longer match its raw table."""
+
+
+@dataclass
+class FileResult:
+    path: str
+    # new | appended | unchanged | rewritten | shrunk | sealed | corrupt | locked | missing | ...
+    event: str
+    lines: int = 0
+    loaded: int = 0
+    quarantined: int = 0
+    blank: int = 0
+    deferred_bytes: int = 0
+    bytes_read: int = 0
+
+
+@dataclass
+class SourceReport:
+    source: str
+    run_id: str
+    files: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+    replayed_entries: int = 0
+
+    def total(self, attr: str) -> int:
+        return sum(getattr(f, attr) for f in self.files)
+
+    @property
+    def changed_files(self) -> list[FileResult]:
+        return [f for f in self.files if f.event != "unchanged"]
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("set TimeZone = 'UTC'")
+    con.execute((SQL_DIR / "ingest" / "schema.sql").read_text(encoding="utf-8"))
+
+
+def raw_columns(spec: SourceSpec) -> list[tuple[str, str]]:
+    return output_columns(spec) + PROVENANCE
+
+
+def ensure_raw_table(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> None:
+    wanted = raw_columns(spec)
+    table = f"raw.{q(spec.name)}"
+    cols = ", ".join(f"{q(n)} {t}" for n, t in wanted)
+    con.execute(f"create table if not exists {table} ({cols})")
+    have = con.execute(
+        "select column_name from information_schema.columns "
+        "where table_schema = 'raw' and table_name = ? order by ordinal_position",
+        [spec.name],
+    ).fetchall()
+    if [c for (c,) in have] != [n for n, _ in wanted]:
+        raise SchemaChangedError(
+            f"source {spec.name!r}: its declared fields changed since raw.{spec.name} was built; "
+            "run `flywheel run --full-refresh` to rebuild it (from bronze: nothing is lost)"
+        )
+
+
+def reset_source(con: duckdb.DuckDBPyConnection, source: str) -> None:
+    """Drop everything derived from bronze for ``source``: its next run replays bronze whole
+    (through today's classifier) before reading what is new in the producers' files."""
+    con.execute(f"drop table if exists raw.{q(source)}")
+    con.execute(f"drop table if exists staging.{q(source)}")
+    for table in ("ingest.quarantine", "ingest.files", "ingest.file_events", "ingest.bronze_applied",
+                  "ingest.sqlite_keys"):
+        con.execute(f"delete from {table} where source = ?", [source])
+
+
+def check_accounting(con: duckdb.DuckDBPyConnection, source: str | None = None) -> None:
+    """Fail loudly when any file's lines are not all accounted for."""
+    bad = con.execute(
+        "select source, path, lines_read, rows_loaded, rows_quarantined, blank_lines from ingest.files "
+        "where ($source is null or source = $source) "
+        "and lines_read <> rows_loaded + rows_quarantined + blank_lines",
+        {"source": source}).fetchall()
+    if bad:
+        lines = [f"  {s}: {p}: read {r} ≠ loaded {l} + quarantined {qq} + blank {b}"
+                 for s, p, r, l, qq, b in bad]
+        raise AccountingError("ingestion accounting does not balance:\n" + "\n".join(lines))
+    # The stored rows must match the counters too: nothing inserted twice, nothing missing.
+    mismatch = con.execute(
+        "with stored as (select source, path, count(*) as n from ingest.quarantine "
+        "where ($source is null or source = $source) group by all) "
+        "select f.source, f.path, f.rows_quarantined, coalesce(s.n, 0) from ingest.files f "
+        "left join stored s using (source, path) "
+        "where ($source is null or f.source = $source) and f.rows_quarantined <> coalesce(s.n, 0)",
+        {"source": source}).fetchall()
+    if mismatch:
+        raise AccountingError("quarantine rows do not match the counters: " + "; ".join(
+            f"{s}: {p}: counted {c}, stored {n}" for s, p, c, n in mismatch))

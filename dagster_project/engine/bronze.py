@@ -1,0 +1,149 @@
+"""The bronze record: every byte and row the lake ever read, as it was read.
+
+Layout under ``<state_dir>/bronze/``::
+
+    objects/<sha[:2]>/<sha256>.zst     one zstd object per batch (the concatenated unit payloads),
+                                       named by the sha256 of its uncompressed content
+    <source>/<first seq:012d>.jsonl    one manifest segment per batch: one JSON entry per unit
+
+An entry says what was observed (``kind``), where (``path``, byte span or SQLite keys), when
+(``seq``, ``run_id``, ``observed_at``), where its bytes are (``object``, ``offset``, ``length``,
+``sha256``) and what the lake knew about the file afterwards (``state``: watermark, generation,
+size, mtime...). Objects are written before the segment that names them, and a segment appears
+by an atomic rename, so a crash leaves at worst an unreferenced object. Raw, quarantine and the
+accounting are a pure function of the segments replayed in ``seq`` order; the watermarks used to
+read producers' files come from here too, so losing ``state.duckdb`` loses nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from dagster_project.settings import Settings
+
+
+@dataclass
+class Entry:
+    """One manifest entry; ``data`` is attached in memory only (never serialised)."""
+
+    seq: int
+    source: str
+    path: str
+    kind: str  # span | array | rows | tombstones | corrupt | event
+    run_id: str
+    observed_at: str
+    meta: dict = field(default_factory=dict)
+    state: dict | None = None
+    event: list | None = None  # [name, detail]
+    object: str | None = None
+    offset: int = 0
+    length: int = 0
+    sha256: str | None = None
+    data: object = None
+
+    def to_json(self) -> str:
+        d = {k: v for k, v in self.__dict__.items() if k != "data"}
+        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+
+
+def bronze_dir(settings: Settings) -> Path:
+    return settings.state_dir / "bronze"
+
+
+class Bronze:
+    """The record of one source: read its manifest, append batches, fetch payloads."""
+
+    def __init__(self, settings: Settings, source: str):
+        self.root = bronze_dir(settings)
+        self.source = source
+        self.dir = self.root / source
+        self._objects: dict[str, bytes] = {}
+
+    def entries(self) -> list[Entry]:
+        """Every entry of the source, in observation order."""
+        out: list[Entry] = []
+        if self.dir.is_dir():
+            for seg in sorted(self.dir.glob("*.jsonl")):
+                with open(seg, encoding="utf-8") as fh:
+                    out.extend(Entry(**json.loads(line)) for line in fh if line.strip())
+        out.sort(key=lambda e: e.seq)
+        return out
+
+    def write(self, entries: list[Entry]) -> None:
+        """Persist a batch: one compressed object for all payloads, then the segment."""
+        if not entries:
+            return
+        parts, pos = [], 0
+        for e in entries:
+            if e.data is None:
+                continue
+            view = memoryview(e.data)
+            e.offset, e.length = pos, view.nbytes
+            e.sha256 = hashlib.sha256(view).hexdigest()
+            parts.append(view)
+            pos += view.nbytes
+        if parts:
+            payload = b"".join(parts)
+            sha = hashlib.sha256(payload).hexdigest()
+            target = self.root / "objects" / sha[:2] / f"{sha}.zst"
+            if not target.exists():
+                compressed = pa.compress(payload, "zstd", asbytes=True)
+                _atomic_write(target, len(payload).to_bytes(8, "little") + compressed)
+            for e in entries:
+                if e.data is not None:
+                    e.object = sha
+            del payload
+        text = "".join(e.to_json() + "\n" for e in entries)
+        _atomic_write(self.dir / f"{entries[0].seq:012d}.jsonl", text.encode("utf-8"))
+
+    def payload(self, entry: Entry) -> memoryview | None:
+        if entry.object is None:
+            return None
+        data = self._objects.get(entry.object)
+        if data is None:
+            blob = (self.root / "objects" / entry.object[:2] / f"{entry.object}.zst").read_bytes()
+            size = int.from_bytes(blob[:8], "little")
+            data = pa.decompress(blob[8:], size, "zstd", asbytes=True)
+            self._objects = {entry.object: data}  # keep one object: replay walks them in order
+        return memoryview(data)[entry.offset:entry.offset + entry.length]  # no copy
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def bronze_usage(settings: Settings) -> dict:
+    """What the record costs: objects, compressed bytes on disk, raw bytes they represent."""
+    root = bronze_dir(settings)
+    objects = compressed = represented = 0
+    for obj in (root / "objects").glob("*/*.zst") if root.exists() else []:
+        objects += 1
+        compressed += obj.stat().st_size
+        with open(obj, "rb") as fh:
+            represented += int.from_bytes(fh.read(8), "little")
+    segments = sum(1 for _ in root.glob("*/*.jsonl")) if root.exists() else 0
+    return {"objects": objects, "segments": segments, "compressed_bytes": compressed,
+            "raw_bytes": represented}

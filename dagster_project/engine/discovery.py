@@ -1,0 +1,48 @@
+"""Which files a source claims, and the path each is stored under."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from transforms.spec import SourceSpec
+
+SQLITE_SUFFIXES = {".db", ".sqlite", ".sqlite3"}
+
+
+
+def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
+    """(stored path, real path) of every file the source's globs match, sorted by stored path."""
+    found: dict[str, Path] = {}
+    for pattern in spec.globs:
+        pattern = os.path.expanduser(pattern)
+        if os.path.isabs(pattern):
+            anchor = Path(pattern).anchor
+            matches = Path(anchor).glob(os.path.relpath(pattern, anchor))
+        else:
+            matches = raw_dir.glob(pattern)
+        for real in matches:
+            if real.is_file():
+                found[stored_path(real, raw_dir)] = real
+    return sorted(found.items())
+
+
+def stored_path(real: Path, raw_dir: Path) -> str:
+    try:
+        return real.resolve().relative_to(raw_dir.resolve()).as_posix()
+    except ValueError:
+        return real.resolve().as_posix()
+
+
+def unclaimed_files(specs: dict[str, SourceSpec], raw_dir: Path) -> list[str]:
+    """Files under the raw root that no source claims (worth a warning, never silently ignored)."""
+    claimed = {p for spec in specs.values() for p, _ in discover(spec, raw_dir)}
+    ignored_suffixes = ("-wal", "-shm", "-journal")
+    out = []
+    if raw_dir.exists():
+        for real in sorted(raw_dir.rglob("*")):
+            if real.is_file() and not real.name.startswith(".") and not real.name.endswith(ignored_suffixes):
+                rel = stored_path(real, raw_dir)
+                if rel not in claimed:
+                    out.append(rel)
+    return out

@@ -1,0 +1,416 @@
+"""The ingestion engine: observe producers' files, record what is new in bronze, classify it.
+
+A run of one source:
+
+1. replay bronze entries not yet applied to raw (all of them after ``--full-refresh`` or when
+   ``state.duckdb`` is gone), in observation order;
+2. ask each file's reader what is new relative to what bronze holds (``FileView.known``);
+3. per batch of ~``BATCH_BYTES``: write the units to bronze (one compressed object, one manifest
+   segment), then classify them (``transforms.classify``) and write raw, quarantine and
+   accounting in one DuckDB transaction.
+
+Step 3 is the same function for live reads and replays, so raw/staging are a pure function of
+bronze and incremental == full refresh whatever the producers did to their files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from dagster_project.engine import bronze as bronze_mod
+from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
+                                               ensure_schema, reset_source)
+from dagster_project.engine.discovery import SQLITE_SUFFIXES, discover
+from dagster_project.engine.readers import FileView, Unit
+from dagster_project.engine.readers import json_array, jsonl, sqlite
+from dagster_project.settings import Settings
+from transforms.localtime import resolve_folds
+from transforms.classify import build_sql, output_columns, q, strict_verdict
+from transforms.lines import Rejected
+from transforms.spec import SourceSpec
+
+DECODERS = {"span": jsonl.decode, "array": json_array.decode, "rows": sqlite.decode}
+BATCH_BYTES = 192 * 1024 * 1024  # classify and commit this much input at a time
+QUARANTINE_COLUMNS = ["source", "path", "line_number", "byte_offset", "reason", "detail",
+                      "raw_text", "raw_bytes", "raw_sha256", "raw_length", "run_id", "quarantined_at"]
+FILE_STATE = pa.schema([
+    ("source", pa.string()), ("path", pa.string()), ("format", pa.string()), ("size_bytes", pa.int64()),
+    ("mtime_ns", pa.int64()), ("offset_bytes", pa.int64()), ("prefix_sha256", pa.string()),
+    ("high_water_mark", pa.int64()), ("status", pa.string()), ("deferred_bytes", pa.int64()),
+    ("generation", pa.int64()), ("has_state", pa.bool_()), ("lines_read", pa.int64()),
+    ("rows_loaded", pa.int64()), ("rows_quarantined", pa.int64()), ("blank_lines", pa.int64()),
+    ("first_run_id", pa.string()), ("run_id", pa.string()), ("at", pa.timestamp("us", tz="UTC"))])
+
+Progress = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+class Ingestor:
+    """Ingest one source into an open DuckDB connection (the writer's state database)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, spec: SourceSpec, settings: Settings,
+                 run_id: str, progress: Progress | None = None, now: float | None = None):
+        self.con = con
+        self.spec = spec
+        self.settings = settings
+        self.run_id = run_id
+        self.progress = progress or (lambda _msg: None)
+        self.now = time.time() if now is None else now
+        self.sql = build_sql(spec, "_lines")
+        self.sql_lenient = build_sql(spec, "_lines", check_nonstandard=False)
+        self.out_cols = [n for n, _ in output_columns(spec)]
+        self.bronze = bronze_mod.Bronze(settings, spec.name)
+        self.results: dict[str, FileResult] = {}
+
+    def run(self, full_refresh: bool = False) -> SourceReport:
+        started = time.perf_counter()
+        ensure_schema(self.con)
+        if full_refresh:
+            reset_source(self.con, self.spec.name)
+        ensure_raw_table(self.con, self.spec)
+        report = SourceReport(self.spec.name, self.run_id)
+
+        entries = self.bronze.entries()
+        applied = self.con.execute("select seq from ingest.bronze_applied where source = ?",
+                                   [self.spec.name]).fetchall()
+        pending = [e for e in entries if e.seq > (applied[0][0] if applied else 0)]
+        self._replay(pending)
+        report.replayed_entries = len(pending)
+        known = {e.path: e.state for e in entries if e.state is not None}
+        self.next_seq = (entries[-1].seq if entries else 0) + 1
+
+        files = discover(self.spec, self.settings.raw_dir)
+        batch: list[bronze_mod.Entry] = []
+        size = 0
+        for i, (path, real) in enumerate(files, start=1):
+            self.progress(f"{self.spec.name}: [{i}/{len(files)}] {path}")
+            units, event = self._observe(path, real, known.get(path))
+            result = self.results.setdefault(path, FileResult(path, event))
+            result.event = event
+            for unit in units:
+                batch.append(self._entry(path, unit))
+                size += memoryview(unit.data).nbytes if unit.data is not None else 0
+                if unit.kind == "span":
+                    result.bytes_read += unit.meta["end"] - unit.meta["start"]
+            state = next((u.state for u in reversed(units) if u.state), known.get(path))
+            result.deferred_bytes = (state or {}).get("deferred", 0) or 0
+            if size >= BATCH_BYTES:
+                self._commit(batch)
+                batch, size = [], 0
+        present = {p for p, _ in files}
+        for path in sorted(set(known) - present):
+            if known[path].get("status") != "missing":
+                # A vanished file: its rows stay; if it comes back it is read as a new generation.
+                batch.append(self._entry(path, Unit("event", state={**known[path], "status": "missing"},
+                                                    event=("missing", "the file is gone; its rows are kept"))))
+                self.results.setdefault(path, FileResult(path, "missing")).event = "missing"
+        self._commit(batch)
+        check_accounting(self.con, self.spec.name)
+        order = {p: i for i, (p, _) in enumerate(files)}
+        report.files = sorted(self.results.values(), key=lambda r: (order.get(r.path, len(order)), r.path))
+        report.seconds = time.perf_counter() - started
+        return report
+
+    # ----------------------------------------------------------------- observing files
+
+    def _observe(self, path: str, real: Path, known: dict | None) -> tuple[list[Unit], str]:
+        """The reader for this file's format; faults become events, never exceptions."""
+        view = FileView(path, real, known, self.settings, self.now)
+        try:
+            if real.suffix in SQLITE_SUFFIXES and self.spec.sqlite is not None:
+                units = sqlite.read(view, self.spec.sqlite, lambda ranges: self._sqlite_keys(path, ranges))
+            else:
+                buf = jsonl.open_map(real)
+                try:
+                    if self.spec.format == "jsonl_or_array" and json_array.first_byte(buf) == b"[":
+                        units = json_array.read(view, buf)
+                    else:
+                        units = jsonl.read(view, buf)
+                finally:
+                    del buf  # Arrow may still reference the map (zero-copy); it goes with them
+        except FileNotFoundError:
+            return [], "unchanged"  # vanished between listing and reading: seen as missing next run
+        except OSError as exc:
+            return [Unit("event", event=("unreadable", f"{exc}; earlier rows kept, retried next run"))], "unreadable"
+        events = [u.event[0] for u in units if u.event]
+        if known is None:
+            kind = "corrupt" if "corrupt" in events else "new"
+        elif not units:
+            kind = "unchanged"
+        else:
+            kind = next((e for e in events if e in ("locked", "corrupt", "shrunk", "rewritten", "recreated",
+                                                    "reappeared", "new_generation", "sealed")), None) \
+                or ("appended" if any(u.kind in ("span", "rows", "array", "tombstones") for u in units) else "unchanged")
+        return units, kind
+
+    def _sqlite_keys(self, path: str, ranges: list[int]) -> dict[int, str]:
+        """The sha256 per key the lake holds for these key ranges of a SQLite file."""
+        return dict(self.con.execute(
+            "select key, sha256 from ingest.sqlite_keys where source = ? and path = ? "
+            f"and key >> {sqlite.RANGE_BITS} in (select unnest(?::bigint[]))",
+            [self.spec.name, path, ranges]).fetchall())
+
+    def _entry(self, path: str, unit: Unit) -> bronze_mod.Entry:
+        entry = bronze_mod.Entry(
+            seq=self.next_seq, source=self.spec.name, path=path, kind=unit.kind, run_id=self.run_id,
+            observed_at=datetime.fromtimestamp(self.now, timezone.utc).isoformat(), meta=unit.meta,
+            state=unit.state, event=list(unit.event) if unit.event else None, data=unit.data)
+        self.next_seq += 1
+        return entry
+
+    def _commit(self, batch: list[bronze_mod.Entry]) -> None:
+        """Bronze first (durable), then raw and accounting in one transaction."""
+        if batch:
+            self.bronze.write(batch)
+            self._apply(batch)
+
+    def _replay(self, pending: list[bronze_mod.Entry]) -> None:
+        batch, size = [], 0
+        for entry in pending:
+            entry.data = self.bronze.payload(entry)
+            self.results.setdefault(entry.path, FileResult(entry.path, "unchanged"))
+            batch.append(entry)
+            size += entry.length
+            if size >= BATCH_BYTES:
+                self._apply(batch)
+                batch, size = [], 0
+        self._apply(batch)
+
+    # ----------------------------------------------------------------- classification
+
+    def _apply(self, batch: list[bronze_mod.Entry]) -> None:
+        """Classify a batch of entries and write everything they imply, in one transaction.
+
+        Entries are processed in ``seq`` order; this loop is where per-file state (``entry.state``,
+        the previous entry of the same path) is available to a classifier needing a carry-over.
+        """
+        if not batch:
+            return
+        self.con.execute("begin transaction")
+        try:
+            tables, rejects, events, tombstones = [], [], [], []
+            keys: dict[tuple[str, int], str | None] = {}  # (path, key) -> sha256, None: deleted
+            for i, e in enumerate(batch):
+                res = self.results.setdefault(e.path, FileResult(e.path, "unchanged"))
+                if e.kind in DECODERS:
+                    # Per-file state (e.state, earlier entries of e.path) is at hand here, in order.
+                    table, found, n = DECODERS[e.kind](e.data, e.meta, self.settings)
+                    res.lines += n
+                    rejects += [(i, r) for r in found]
+                    tables.append((i, table))
+                    if e.kind == "rows":
+                        keys.update({(e.path, k): sha for k, sha in sqlite.key_hashes(table)})
+                elif e.kind == "tombstones":
+                    gone = sqlite.tombstone_keys(e.data)
+                    tombstones.append((e, gone))
+                    keys.update({(e.path, k): None for k in gone})
+                elif e.kind == "corrupt":
+                    rejects.append((i, Rejected(0, None, "corrupt_file", e.meta["detail"], None, None)))
+                    res.lines += 1
+                if e.event:
+                    events.append((e.run_id, self.spec.name, e.path, e.event[0], e.event[1], e.observed_at))
+            self._classify(batch, tables, rejects)
+            for e, gone in tombstones:
+                self.con.execute(
+                    f"update raw.{q(self.spec.name)} set deleted_at_source = $at::timestamptz "
+                    "where path = $path and line_number in (select unnest($keys::bigint[])) "
+                    "and observed_seq < $seq and deleted_at_source is null",
+                    {"at": e.observed_at, "path": e.path, "keys": gone, "seq": e.seq})
+            keys_gone = [k for k, sha in keys.items() if sha is None]
+            keys_set = [(p, k, sha) for (p, k), sha in keys.items() if sha is not None]
+            if keys_gone:
+                self.con.executemany("delete from ingest.sqlite_keys where source = ? and path = ? and key = ?",
+                                     [(self.spec.name, p, k) for p, k in keys_gone])
+            if keys_set:
+                self.con.register("_keys", pa.table({"path": [k[0] for k in keys_set],
+                                                     "key": pa.array([k[1] for k in keys_set], pa.int64()),
+                                                     "sha256": [k[2] for k in keys_set]}))
+                try:
+                    self.con.execute("insert or replace into ingest.sqlite_keys "
+                                     "select $source, path, key, sha256 from _keys",
+                                     {"source": self.spec.name})
+                finally:
+                    self.con.unregister("_keys")
+            if events:
+                self.con.executemany("insert into ingest.file_events values (?, ?, ?, ?, ?, ?::timestamptz)", events)
+            self._write_files(batch)
+            self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
+                             [self.spec.name, batch[-1].seq])
+            self.con.execute("commit")
+        except BaseException:
+            self.con.execute("rollback")
+            raise
+        for e in batch:
+            e.data = None
+
+    def _classify(self, batch, tables, rejects) -> None:
+        """Classify every candidate line of the batch in one DuckDB pass. Each unit is keyed by
+        its index in the batch (the classifier's ``path``), mapped back to path and seq after."""
+        self.counts: dict[str, list[int]] = {}
+        units = pa.table({"k": [str(i) for i in range(len(batch))], "_u_path": [e.path for e in batch],
+                          "_u_seq": pa.array([e.seq for e in batch], pa.int64()),
+                          "_u_first_line": pa.array([int(e.meta.get("first_line", 1)) for e in batch], pa.int64()),
+                          "_u_run": [e.run_id for e in batch],
+                          "_u_at": pa.array([datetime.fromisoformat(e.observed_at) for e in batch],
+                                            pa.timestamp("us", tz="UTC"))})
+        self.con.register("_units", units)
+        try:
+            if rejects:
+                self.con.executemany(
+                    f"insert into ingest.quarantine ({', '.join(QUARANTINE_COLUMNS)}) "
+                    f"values ({', '.join('?' * len(QUARANTINE_COLUMNS))})",
+                    [(self.spec.name, batch[i].path, r.line_number, r.byte_offset, r.reason, r.detail, r.raw_text,
+                      r.raw_bytes, r.raw_sha256, r.raw_length, batch[i].run_id,
+                      datetime.fromisoformat(batch[i].observed_at)) for i, r in rejects])
+                for i, _ in rejects:
+                    self.counts.setdefault(batch[i].path, [0, 0, 0])[1] += 1
+                    self.results[batch[i].path].quarantined += 1
+            parts = []
+            for i, t in tables:
+                if t.num_rows:
+                    ids = pa.DictionaryArray.from_arrays(pa.array(np.full(t.num_rows, 0, dtype=np.int32)),
+                                                         pa.array([str(i)]))
+                    parts.append(t.append_column("path", ids.cast(pa.string())))
+            if not parts:
+                return
+            lines = pa.concat_tables(parts)
+            self.con.register("_lines", lines)
+            try:
+                self.con.execute(f"create or replace temp table _classified as {self.sql.sql}", self.sql.params)
+            finally:
+                self.con.unregister("_lines")
+            del lines, parts
+            self._settle_strict()
+            # DST fold: second passes through a repeated local hour, from each file's write order
+            self.con.execute("create or replace temp view _fold_units as "
+                             "select k, _u_path as path, _u_seq as seq, _u_first_line as first_line from _units")
+            resolve_folds(self.con, self.spec, "_classified", f"raw.{q(self.spec.name)}", "_fold_units")
+            for k, outcome, n in self.con.execute(
+                    "select path, coalesce(reason, 'loaded'), count(*) from _classified group by all").fetchall():
+                path = batch[int(k)].path
+                c = self.counts.setdefault(path, [0, 0, 0])
+                res = self.results[path]
+                if outcome == "loaded":
+                    c[0] += n
+                    res.loaded += n
+                elif outcome == "blank":
+                    c[2] += n
+                    res.blank += n
+                else:
+                    c[1] += n
+                    res.quarantined += n
+            cols = ", ".join(q(n) for n in self.out_cols)
+            ccols = ", ".join(f"c.{q(n)}" for n in self.out_cols)
+            self.con.execute(
+                f"insert into raw.{q(self.spec.name)} ({cols}, path, line_number, byte_offset, ingest_run_id, "
+                f"observed_seq, deleted_at_source) "
+                f"select {ccols}, u._u_path, c.line_number, c.byte_offset, u._u_run, u._u_seq, null "
+                "from _classified c join _units u on c.path = u.k where c.reason is null "
+                "order by u._u_seq, c.line_number")
+            self.con.execute(
+                "insert into ingest.quarantine by name "
+                "select $source as source, u._u_path as path, c.line_number, c.byte_offset, c.reason, c.detail, "
+                "rtrim(c.text, e'\\r\\n') as raw_text, u._u_run as run_id, u._u_at as quarantined_at "
+                "from _classified c join _units u on c.path = u.k "
+                "where c.reason is not null and c.reason <> 'blank'",
+                {"source": self.spec.name})
+            self.con.execute("drop table _classified")
+        finally:
+            self.con.unregister("_units")
+
+    def _settle_strict(self) -> None:
+        """Give flagged rows their final verdict with Python's strict JSON parser."""
+        flagged = self.con.execute(
+            "select path, line_number, byte_offset, text, reason from _classified "
+            "where reason in ('strict_check', 'invalid_json', 'duplicate_key')").fetchall()
+        if not flagged:
+            return
+        verdicts, again = [], []
+        for path, line_number, byte_offset, text, reason in flagged:
+            new_reason, detail = strict_verdict(text, reason)
+            if new_reason is None:
+                again.append((line_number, byte_offset, text, path))
+            else:
+                verdicts.append((new_reason, detail, path, line_number))
+        if verdicts:
+            self.con.executemany(
+                "update _classified set reason = ?, detail = ? where path = ? and line_number = ?", verdicts)
+        if again:
+            table = pa.table({"line_number": pa.array([a[0] for a in again], pa.int64()),
+                              "byte_offset": pa.array([a[1] for a in again], pa.int64()),
+                              "text": pa.array([a[2] for a in again], pa.large_string()),
+                              "path": pa.array([a[3] for a in again], pa.string())})
+            self.con.register("_lines", table)
+            try:
+                self.con.execute("delete from _classified where reason = 'strict_check'")
+                self.con.execute(f"insert into _classified {self.sql_lenient.sql}", self.sql_lenient.params)
+            finally:
+                self.con.unregister("_lines")
+
+    def _write_files(self, batch: list[bronze_mod.Entry]) -> None:
+        """Per-file accounting: counts add up across generations and versions; the watermark
+        columns mirror the latest state recorded in bronze."""
+        latest: dict[str, bronze_mod.Entry] = {}
+        first_run: dict[str, str] = {}
+        for e in batch:
+            first_run.setdefault(e.path, e.run_id)
+            latest[e.path] = e if e.state is not None or e.path not in latest else latest[e.path]
+        counts = getattr(self, "counts", {})
+        rows = []
+        for path, e in latest.items():
+            s = e.state or {}
+            loaded, quarantined, blank = counts.get(path, [0, 0, 0])
+            lines = loaded + quarantined + blank
+            rows.append({
+                "source": self.spec.name, "path": path, "format": s.get("format"), "size_bytes": s.get("size"),
+                "mtime_ns": s.get("mtime_ns"), "offset_bytes": s.get("offset"),
+                "prefix_sha256": s.get("prefix_sha"), "high_water_mark": s.get("hwm"), "status": s.get("status"),
+                "deferred_bytes": s.get("deferred"), "generation": s.get("generation"),
+                "has_state": e.state is not None, "lines_read": lines, "rows_loaded": loaded,
+                "rows_quarantined": quarantined, "blank_lines": blank, "first_run_id": first_run[path],
+                "run_id": e.run_id,
+                "at": datetime.fromisoformat(e.observed_at)})
+        self.counts = {}
+        self.con.register("_file_updates", pa.Table.from_pylist(rows, schema=FILE_STATE))
+        try:
+            self.con.execute(
+                """
+                insert into ingest.files as f (source, path, format, size_bytes, mtime_ns, lines_read,
+                    rows_loaded, rows_quarantined, blank_lines, deferred_bytes, offset_bytes,
+                    prefix_sha256, high_water_mark, status, generation, first_run_id, last_run_id,
+                    last_ingested_at)
+                select u.source, u.path,
+                    coalesce(case when u.has_state then u.format else old.format end, 'unknown'),
+                    coalesce(case when u.has_state then u.size_bytes else old.size_bytes end, 0),
+                    case when u.has_state then u.mtime_ns else old.mtime_ns end,
+                    coalesce(old.lines_read, 0) + u.lines_read, coalesce(old.rows_loaded, 0) + u.rows_loaded,
+                    coalesce(old.rows_quarantined, 0) + u.rows_quarantined,
+                    coalesce(old.blank_lines, 0) + u.blank_lines,
+                    coalesce(case when u.has_state then u.deferred_bytes else old.deferred_bytes end, 0),
+                    coalesce(case when u.has_state then u.offset_bytes else old.offset_bytes end, 0),
+                    case when u.has_state then u.prefix_sha256 else old.prefix_sha256 end,
+                    case when u.has_state then u.high_water_mark else old.high_water_mark end,
+                    coalesce(case when u.has_state then u.status else old.status end, 'ok'),
+                    case when u.has_state then u.generation else old.generation end,
+                    coalesce(old.first_run_id, u.first_run_id), u.run_id, u.at
+                from _file_updates u left join ingest.files old using (source, path)
+                on conflict (source, path) do update set
+                    lines_read = excluded.lines_read, rows_loaded = excluded.rows_loaded,
+                    rows_quarantined = excluded.rows_quarantined, blank_lines = excluded.blank_lines,
+                    format = excluded.format, size_bytes = excluded.size_bytes, mtime_ns = excluded.mtime_ns,
+                    deferred_bytes = excluded.deferred_bytes, offset_bytes = excluded.offset_bytes,
+                    prefix_sha256 = excluded.prefix_sha256, high_water_mark = excluded.high_water_mark,
+                    status = excluded.status, generation = excluded.generation,
+                    last_run_id = excluded.last_run_id, last_ingested_at = excluded.last_ingested_at
+                """)
+        finally:
+            self.con.unregister("_file_updates")

@@ -1,0 +1,55 @@
+"""One reader per file format, behind one interface.
+
+``read(view) -> list[Unit]``: given a file and what the lake knows about it (``view.known``, the
+state recorded in bronze after the last observation), return what is new: byte spans, rows,
+tombstones, and events. A reader never writes anything; the engine records its units in bronze
+and classifies them. The last unit carries the file's new state; no units means nothing changed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dagster_project.settings import Settings
+
+TAIL_CHECK_BYTES = 64 * 1024  # the last consumed block, hashed to catch same-size/mtime edits
+
+
+@dataclass
+class Unit:
+    kind: str  # span | array | rows | tombstones | corrupt | event | state
+    data: object = None  # bytes-like payload kept in bronze
+    meta: dict = field(default_factory=dict)
+    state: dict | None = None
+    event: tuple[str, str] | None = None
+
+
+@dataclass
+class FileView:
+    path: str  # as stored (relative to the raw root when under it)
+    real: Path
+    known: dict | None  # the file's state after its last observation, from bronze
+    settings: Settings
+    now: float  # wall-clock seconds of this run
+
+
+def stat_signature(real: Path) -> dict:
+    st = os.stat(real)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+
+
+def sealed(view: FileView, changed_at: float) -> bool:
+    """A partial last line is final once the lake has seen the file unchanged for the quiet
+    period, measured from when the lake saw it change (a future mtime must not block it)."""
+    return view.now - changed_at >= view.settings.seal_after_seconds
+
+
+def finish(units: list[Unit], state: dict, known: dict | None) -> list[Unit]:
+    """Attach the new state to the last unit, or record it alone when it changed."""
+    if units:
+        units[-1].state = state
+    elif state != known:
+        units.append(Unit("state", state=state))
+    return units

@@ -1,0 +1,98 @@
+"""The older save format: one JSON array of objects. Each change of the file is read whole as a
+new generation; elements identical to earlier ones collapse by identity in staging."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
+from dagster_project.settings import Settings
+from transforms.lines import LINES_SCHEMA, Rejected
+
+
+def read(view: FileView, buf) -> list[Unit]:
+    known = view.known
+    sig = stat_signature(view.real)
+    data = memoryview(buf)
+    sha = hashlib.sha256(data).hexdigest()
+    if known is not None and known.get("format") == "json_array" and known.get("status") == "ok" \
+            and known["prefix_sha"] == sha:
+        state = {**known, **sig}
+        return finish([], state, known)
+    generation = (known or {}).get("generation", 0) + 1
+    units = []
+    if known is not None:
+        units.append(Unit("event", event=("rewritten", f"the array changed; earlier rows kept, "
+                                                       f"re-read whole as generation {generation}")))
+    units.append(Unit("array", data, {"generation": generation}))
+    state = {"format": "json_array", "status": "ok", **sig, "generation": generation, "offset": len(data),
+             "lines": 0, "prefix_sha": sha, "tail_sha": None, "changed_at": min(sig["mtime_ns"] / 1e9, view.now),
+             "deferred": 0}
+    return finish(units, state, known)
+
+
+def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
+    """Each element as a line (its 1-based number and byte offset); an unreadable array is one
+    ``corrupt_file`` line."""
+    data = bytes(data)
+    try:
+        found = list(elements(data))
+    except ValueError as exc:
+        return LINES_SCHEMA.empty_table(), [Rejected(
+            1, 0, "corrupt_file", f"not a readable JSON array: {exc}",
+            data[:65536].decode("utf-8", errors="backslashreplace"), None,
+            hashlib.sha256(data).hexdigest(), len(data))], 1
+    table = pa.table({"line_number": pa.array([x[0] for x in found], pa.int64()),
+                      "byte_offset": pa.array([x[1] for x in found], pa.int64()),
+                      "text": pa.array([x[2] for x in found], pa.large_string())}, schema=LINES_SCHEMA)
+    return table, [], len(found)
+
+
+def first_byte(buf) -> bytes:
+    for i in range(min(len(buf), 4096)):
+        b = bytes(buf[i:i + 1])
+        if b not in (b" ", b"\t", b"\r", b"\n", b"\xef", b"\xbb", b"\xbf"):
+            return b
+    return b""
+
+
+def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
+    """(1-based element number, byte offset, JSON text) of each element of a JSON array.
+
+    Elements are re-serialised verbatim from their own span of the file, so every element is
+    classified by the same engine as a line.
+    """
+    text = data.decode("utf-8-sig")
+    bom = len(data) - len(text.encode("utf-8"))
+    decoder = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if not text.startswith("[", i):
+        raise ValueError("does not start with '['")
+    i += 1
+    n = 0
+    while True:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        if i < len(text) and text[i] == "]":
+            if text[i + 1:].strip():
+                raise ValueError(f"content after the closing ']' at character {i + 1}")
+            return
+        try:
+            _, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"element {n + 1}: {exc.msg} at character {exc.pos}") from exc
+        n += 1
+        yield n, bom + len(text[:i].encode("utf-8")), text[i:end]
+        i = end
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        if i < len(text) and text[i] == ",":
+            i += 1
+        elif i < len(text) and text[i] == "]":
+            continue
+        else:
+            raise ValueError(f"expected ',' or ']' at character {i}")

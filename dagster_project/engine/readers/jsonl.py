@@ -1,0 +1,128 @@
+"""Line files (JSONL): new complete lines after the watermark, as byte spans.
+
+A file is a sequence of *generations*: while it only grows, its consumed prefix keeps its sha256
+and new bytes extend the current generation. If it shrank, or its consumed bytes changed, or it
+came back after vanishing, the lake starts a new generation and reads it from byte 0; what the
+old generations held stays in raw (identical records collapse in staging).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+
+import numpy as np
+import pyarrow as pa
+
+from dagster_project.settings import Settings
+from transforms.lines import Rejected, split_lines
+from dagster_project.engine.readers import TAIL_CHECK_BYTES, FileView, Unit, finish, sealed, stat_signature
+
+CHUNK_BYTES = 256 * 1024 * 1024  # spans of at most this much, so memory stays bounded
+
+
+def count_newlines(view: memoryview, step: int = 16 * 1024 * 1024) -> int:
+    data = np.frombuffer(view, dtype=np.uint8)
+    return sum(int(np.count_nonzero(data[i:i + step] == 10)) for i in range(0, len(data), step))
+
+
+def tail_sha(buf, offset: int) -> str:
+    return hashlib.sha256(memoryview(buf)[max(0, offset - TAIL_CHECK_BYTES):offset]).hexdigest()
+
+
+def open_map(real):
+    with open(real, "rb") as fh:
+        size = fh.seek(0, 2)
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+
+
+def read(view: FileView, buf=None) -> list[Unit]:
+    known = view.known
+    sig = stat_signature(view.real)
+    if buf is None:
+        buf = open_map(view.real)
+    size = len(buf)
+    live = known is not None and known.get("status") == "ok" and known.get("format") == "jsonl"
+    offset = known["offset"] if live else 0
+    same = (live and all(known[k] == sig[k] for k in ("size", "mtime_ns", "ino"))
+            and size >= offset and tail_sha(buf, offset) == known["tail_sha"])
+    if same:
+        changed_at = known["changed_at"]
+        if known["deferred"] == 0 or not sealed(view, changed_at):
+            return []
+    else:
+        changed_at = min(sig["mtime_ns"] / 1e9, view.now)
+
+    units: list[Unit] = []
+    generation = known.get("generation", 0) if known else 0
+    lines_done = known["lines"] if live else 0
+    hasher = hashlib.sha256()
+    if not live:
+        generation += 1
+        if known is not None:
+            units.append(Unit("event", event=("reappeared" if known.get("status") == "missing" else "new_generation",
+                                               f"read again from byte 0 as generation {generation}")))
+    elif size < offset:
+        generation, offset, lines_done = generation + 1, 0, 0
+        units.append(Unit("event", event=("shrunk", f"was {known['size']:,} bytes with {known['offset']:,} consumed, "
+                                                    f"now {size:,}; earlier rows kept, re-read as generation {generation}")))
+    else:
+        hasher.update(memoryview(buf)[:offset])
+        if not same and offset and hasher.hexdigest() != known["prefix_sha"]:
+            generation, offset, lines_done, hasher = generation + 1, 0, 0, hashlib.sha256()
+            units.append(Unit("event", event=("rewritten", f"the first {known['offset']:,} consumed bytes changed; "
+                                                           f"earlier rows kept, re-read as generation {generation}")))
+
+    position = offset
+    while position < size:
+        window_end = min(size, position + CHUNK_BYTES)
+        nl = buf.rfind(b"\n", position, window_end)
+        if nl < 0 and window_end < size:
+            nl = buf.find(b"\n", window_end)  # one line longer than the window: take it whole
+        if nl < 0:
+            break
+        end = nl + 1
+        span = memoryview(buf)[position:end]
+        n = count_newlines(span)
+        units.append(Unit("span", span, {"generation": generation, "start": position, "end": end,
+                                         "first_line": lines_done + 1, "lines": n, "sealed": False}))
+        hasher.update(span)
+        position, lines_done = end, lines_done + n
+
+    deferred = size - position
+    if deferred and sealed(view, changed_at):
+        span = memoryview(buf)[position:size]
+        units.append(Unit("span", span, {"generation": generation, "start": position, "end": size,
+                                         "first_line": lines_done + 1, "lines": 1, "sealed": True},
+                          event=("sealed", f"partial last line of {deferred} bytes quarantined")))
+        hasher.update(span)
+        position, lines_done, deferred = size, lines_done + 1, 0
+    state = {"format": "jsonl", "status": "ok", **sig, "generation": generation, "offset": position,
+             "lines": lines_done, "prefix_sha": hasher.hexdigest() if position else None,
+             "tail_sha": tail_sha(buf, position), "changed_at": changed_at, "deferred": deferred}
+    return finish(units, state, known)
+
+
+def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
+    """A span's candidate lines, its pre-JSON rejects, and how many lines it holds; a sealed
+    span's partial last line is quarantined as ``unterminated_last_line``."""
+    split = split_lines(data, start_offset=meta["start"], first_line_number=meta["first_line"],
+                        max_line_bytes=settings.max_line_bytes)
+    found, n = list(split.rejected), split.n_lines
+    if meta["sealed"] and split.tail:
+        raw = bytes(memoryview(data)[split.consumed:])
+        found.append(Rejected(
+            meta["first_line"] + split.n_lines, meta["start"] + split.consumed, "unterminated_last_line",
+            f"the last line has no newline and the file has not changed for "
+            f"{settings.seal_after_seconds / 3600:g} h (FLYWHEEL_SEAL_AFTER)",
+            raw.decode("utf-8", errors="backslashreplace"), raw if _invalid_utf8(raw) else None))
+        n += 1
+    return split.lines, found, n
+
+
+def _invalid_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True

@@ -1,0 +1,168 @@
+"""SQLite tables: rows that are new or changed anywhere in the table, and rows that vanished.
+
+When the file's signature (size, mtime, inode, header, and its -wal file) changed, a checksum
+per range of 1,024 keys is computed in SQLite, inside one read transaction (a consistent
+snapshot while a writer appends); only ranges whose checksum differs from the one recorded are
+read and compared with the sha256 per key the lake holds: new and changed rows become new
+versions, missing keys become tombstones. A store deleted and recreated by its tool (no key kept its
+record) is recorded as such: its old rows stay, flagged deleted at source, the new ones are
+added beside them. Cost: one checksum pass over the table in SQLite per run in which the file
+changed, plus reading the changed ranges (an append touches the last one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import zlib
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
+from dagster_project.settings import Settings
+from transforms.classify import q
+from transforms.lines import LINES_SCHEMA, Rejected
+from transforms.spec import SqliteTable
+
+LOCK_WAIT_SECONDS = 5.0
+RANGE_BITS = 10  # keys are checksummed in ranges of 1,024: only changed ranges are read and compared
+RANGE_KEYS = 1 << RANGE_BITS
+
+
+def signature(view: FileView) -> dict:
+    sig = stat_signature(view.real)
+    with open(view.real, "rb") as fh:
+        sig["header_sha"] = hashlib.sha256(fh.read(100)).hexdigest()
+    wal = view.real.with_name(view.real.name + "-wal")
+    try:
+        st = os.stat(wal)
+        sig["wal"] = [st.st_size, st.st_mtime_ns]
+    except FileNotFoundError:
+        sig["wal"] = None
+    return sig
+
+
+def text_sha(text: str | None) -> str:
+    return hashlib.sha256((text if text is not None else "null").encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], dict[int, str]]) -> list[Unit]:
+    known = view.known
+    sig = signature(view)
+    if known is not None and known.get("status") in ("ok", "corrupt") \
+            and all(known.get(k) == v for k, v in sig.items()):
+        return []
+    known_ranges = (known or {}).get("ranges") if (known or {}).get("status") != "missing" else None
+    try:
+        ranges, dirty, rows, hwm = _snapshot(view, table, known_ranges)
+        after = signature(view)
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return [Unit("event", event=("locked", f"{exc} after waiting {LOCK_WAIT_SECONDS:g} s; "
+                                                   "earlier rows kept, retried next run"))]
+        return _corrupt(view, sig, exc)
+    except sqlite3.DatabaseError as exc:
+        return _corrupt(view, sig, exc)
+
+    old = known_keys(dirty)
+    hashes = {key: text_sha(text) for key, text in rows}
+    units: list[Unit] = []
+    every_range = known_ranges is None or set(known_ranges) <= {str(r) for r in dirty}
+    recreated = bool(old) and every_range and not any(old.get(k) == h for k, h in hashes.items())
+    if recreated:
+        gone = sorted(old)
+        changed = rows
+        units.append(Unit("event", event=("recreated", f"no row kept its record ({len(old)} before, {len(rows)} now): "
+                                                       "old rows kept and flagged deleted_at_source, new rows added")))
+    else:
+        gone = sorted(k for k in old if k not in hashes)
+        changed = [(k, t) for k, t in rows if old.get(k) != hashes[k]]
+        updated = sum(1 for k, _ in changed if k in old)
+        if updated:
+            units.append(Unit("event", event=("rows_updated", f"{updated} row(s) changed in place: new versions added")))
+        if gone:
+            units.append(Unit("event", event=("rows_deleted", f"{len(gone)} row(s) deleted at the source: "
+                                                              "kept, flagged deleted_at_source")))
+    if gone:
+        units.append(Unit("tombstones", json.dumps(gone).encode(), {"keys": len(gone)}))
+    if changed:
+        payload = "".join(json.dumps([k, t], ensure_ascii=False) + "\n" for k, t in changed)
+        units.append(Unit("rows", payload.encode("utf-8", errors="surrogatepass"),
+                          {"rows": len(changed), "ranges_read": len(dirty), "rows_compared": len(rows)}))
+    # Reading may create the -wal/-shm files: keep the signature seen after reading when nothing
+    # else changed meanwhile; otherwise the one before, so the next run looks again.
+    state = {"format": "sqlite", "status": "ok", **(after if _same_content(sig, after) else sig), "generation": (known or {}).get("generation", 1),
+             "hwm": hwm,
+             "rows": sum(n for n, _ in ranges.values()), "ranges": ranges}
+    return finish(units, state, known)
+
+
+def _same_content(before: dict, after: dict) -> bool:
+    return all(before[k] == after[k] for k in ("size", "mtime_ns", "ino", "header_sha")) \
+        and (before["wal"] is None or before["wal"] == after["wal"])
+
+
+def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
+    """In one read transaction: a checksum per range of ``RANGE_KEYS`` keys, then the rows of the
+    ranges whose checksum differs from what the lake holds (all of them on first sight).
+    Returns (ranges {str(range): [rows, checksum]}, dirty ranges, their rows, greatest key)."""
+    uri = f"file:{view.real.resolve().as_posix()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT_SECONDS)
+    conn.create_function("fw_crc", 2, _crc, deterministic=True)
+    key, source = q(table.key), q(table.table)
+    try:
+        conn.execute("begin")  # deferred: the first select fixes the snapshot
+        ranges = {str(r): [n, c] for r, n, c in conn.execute(
+            f"select {key} >> {RANGE_BITS}, count(*), sum(fw_crc({key}, {table.record_sql})) from {source} group by 1")}
+        hwm = conn.execute(f"select max({key}) from {source}").fetchone()[0]
+        known_ranges = known_ranges or {}
+        dirty = sorted({int(r) for r, v in ranges.items() if known_ranges.get(r) != v}
+                       | {int(r) for r in known_ranges if r not in ranges})
+        rows = []
+        if dirty:
+            rows = conn.execute(
+                f"select {key}, {table.record_sql} from {source} "
+                f"where {key} >> {RANGE_BITS} in (select value from json_each(?)) order by {key}",
+                [json.dumps(dirty)]).fetchall()
+        conn.execute("commit")
+        return ranges, dirty, rows, hwm
+    finally:
+        conn.close()
+
+
+def _crc(key, text) -> int:
+    return zlib.crc32(f"{key}:{text if text is not None else 'null'}".encode("utf-8", errors="surrogatepass"))
+
+
+def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
+    """Unreadable: reported, earlier rows kept, retried when the file changes. A file the lake
+    never read is also quarantined once (one line read), so it shows in the accounting."""
+    known = view.known
+    state = {**(known or {"format": "sqlite", "generation": 1, "hwm": None, "rows": 0}), **sig, "status": "corrupt"}
+    if known is None or known.get("hwm") is None and known.get("status") != "corrupt":
+        return [Unit("corrupt", None, {"detail": f"cannot read table: {exc}"}, state=state,
+                     event=("corrupt", str(exc)))]
+    return [Unit("event", state=state, event=("corrupt", f"{exc}; earlier rows kept, retried when the file changes"))]
+
+
+def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
+    """Rows as lines: the key is the line number (SQLite rows have no byte offset)."""
+    rows = [json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").splitlines()]
+    table = pa.table({"line_number": pa.array([r[0] for r in rows], pa.int64()),
+                      "byte_offset": pa.nulls(len(rows), pa.int64()),
+                      "text": pa.array([r[1] if r[1] is not None else "null" for r in rows], pa.large_string())},
+                     schema=LINES_SCHEMA)
+    return table, [], len(rows)
+
+
+def key_hashes(table: pa.Table) -> Iterator[tuple[int, str]]:
+    """(key, sha256 of the record) of decoded rows, as ``read`` compares them."""
+    for key, text in zip(table.column("line_number").to_pylist(), table.column("text").to_pylist()):
+        yield key, text_sha(text)
+
+
+def tombstone_keys(data) -> list[int]:
+    return json.loads(bytes(data))

@@ -1,0 +1,255 @@
+"""The bronze record and producer changes: versions, never deletions; faults never remove data."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import dumps, ingest, interaction, rows, write_lines
+from dagster_project.engine import bronze_usage, check_accounting
+from dagster_project.engine.readers import sqlite as sqlite_reader
+from dagster_project.synth import SESSION_DDL
+
+SESSIONS = "sessions/session_feedback.sqlite3"
+
+
+def rating(rid, label="positive", at="2026-02-26T10:00:00Z"):
+    return json.dumps({"id": rid, "session_id_opaque": "ab" * 32, "user_id_or_null": None, "recorded_at": at,
+                       "recorded_date": at[:10], "label": label, "turn_count_at_end": 3, "source": "cli_end",
+                       "schema_version": 1})
+
+
+def store(path, ids, journal="WAL"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.execute(SESSION_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
+    for rid in ids:
+        add(conn, rid)
+    conn.commit()
+    return conn
+
+
+def add(conn, rid, label="positive"):
+    conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, recorded_date, "
+                 "label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                 (rid, "ab" * 32, None, "2026-02-26T10:00:00Z", "2026-02-26", label, 3, "cli_end", rating(rid, label)))
+
+
+def everything(con):
+    """Every derived table, exactly (bronze replay must reproduce all of it)."""
+    out = {}
+    for table in ("raw.interactions", "raw.session_ratings", "staging.interactions", "staging.session_ratings",
+                  "ingest.quarantine", "ingest.file_events", "ingest.sqlite_keys"):
+        if rows(con, "select count(*) from duckdb_tables() where schema_name || '.' || table_name = ?", [table])[0][0]:
+            out[table] = rows(con, f"select * from {table} order by all")
+    out["ingest.files"] = rows(con, "select * exclude (last_ingested_at) from ingest.files order by all")
+    return out
+
+
+def test_jsonl_rewritten_shorter_keeps_rows_only_the_removed_lines_held(settings):
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000a.jsonl",
+                       [dumps(interaction(i)) for i in range(5)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    write_lines(path, [dumps(interaction(i)) for i in range(3, 6)])  # first 3 lines removed, one added
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "shrunk"
+    assert rows(con, "select count(*) from staging.interactions") == [(6,)]
+    assert rows(con, "select lines_read, rows_loaded, generation from ingest.files") == [(8, 8, 2)]
+    assert rows(con, "select event from ingest.file_events") == [("shrunk",)]
+
+
+def test_recreated_store_keeps_old_rows_flagged_and_adds_new_ones(settings):
+    db = settings.raw_dir / SESSIONS
+    store(db, ["a", "b", "c"]).close()
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    db.unlink()
+    store(db, ["x", "y"]).close()  # ids restart at 1
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert reports["session_ratings"].files[0].event == "recreated"
+    assert rows(con, "select id, line_number, deleted_at_source is not null from staging.session_ratings order by id") == [
+        ("a", 1, True), ("b", 2, True), ("c", 3, True), ("x", 1, False), ("y", 2, False)]
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(5, 5)]
+    check_accounting(con)
+
+
+def test_row_updated_in_place_wins_and_deleted_row_is_flagged(settings):
+    db = settings.raw_dir / SESSIONS
+    conn = store(db, ["a", "b", "c"])
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    conn.execute("update session_feedback set value = ? where id = 'a'", [rating("a", "negative")])
+    conn.execute("delete from session_feedback where id = 'b'")
+    conn.commit()
+    conn.close()
+    con, _ = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert rows(con, "select id, label, deleted_at_source is not null from staging.session_ratings order by id") == [
+        ("a", "negative", False), ("b", "positive", True), ("c", "positive", False)]
+    assert rows(con, "select count(*) from raw.session_ratings") == [(4,)]
+    assert sorted(e for (e,) in rows(con, "select event from ingest.file_events")) == ["rows_deleted", "rows_updated"]
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(4, 4)]
+
+
+def test_store_locked_by_its_writer_is_retried_not_quarantined(settings, monkeypatch):
+    monkeypatch.setattr(sqlite_reader, "LOCK_WAIT_SECONDS", 0.3)
+    db = settings.raw_dir / SESSIONS
+    store(db, ["a", "b"], journal="DELETE").close()
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sqlite3, sys, time
+conn = sqlite3.connect({str(db)!r}, isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+conn.execute("insert into session_feedback (id, session_id_opaque, recorded_at, recorded_date, label, "
+             "turn_count_at_end, source, value) select 'c', session_id_opaque, recorded_at, recorded_date, label, "
+             "turn_count_at_end, source, replace(value, '\\"a\\"', '\\"c\\"') from session_feedback where id = 'a'")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        os.utime(db)  # make sure the lake notices a change
+        con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+        assert reports["session_ratings"].files[0].event == "locked"
+        assert rows(con, "select count(*) from staging.session_ratings") == [(2,)]
+        assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+        assert rows(con, "select event from ingest.file_events") == [("locked",)]
+    finally:
+        holder.communicate("\n", timeout=30)
+    con, reports = ingest(settings, "run-3", sources=["session_ratings"], con=con)
+    assert rows(con, "select id from staging.session_ratings order by id") == [("a",), ("b",), ("c",)]
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [(3, 3, 0)]
+
+
+def test_store_corrupted_after_ingest_keeps_its_rows(settings):
+    db = settings.raw_dir / SESSIONS
+    store(db, ["a", "b"], journal="DELETE").close()
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    db.write_bytes(b"garbage" * 1000)
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert reports["session_ratings"].files[0].event == "corrupt"
+    assert rows(con, "select count(*) from staging.session_ratings") == [(2,)]
+    assert rows(con, "select status, lines_read, rows_loaded, rows_quarantined from ingest.files") == [("corrupt", 2, 2, 0)]
+    con, reports = ingest(settings, "run-3", sources=["session_ratings"], con=con)  # unchanged: no new event
+    assert rows(con, "select count(*) from ingest.file_events") == [(1,)]
+
+
+def test_vanished_file_keeps_its_rows_and_full_refresh_keeps_them_too(settings):
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000b.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    path.unlink()
+    con, _ = ingest(settings, "run-2", sources=["interactions"], con=con)
+    before = everything(con)
+    assert rows(con, "select count(*) from staging.interactions") == [(3,)]
+    con, _ = ingest(settings, "run-3", sources=["interactions"], con=con, full_refresh=True)
+    assert everything(con) == before
+
+
+def test_deleting_state_db_rebuilds_the_same_result_from_bronze(settings):
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000c.jsonl",
+                       [dumps(interaction(i)) for i in range(3)] + [b"null"])
+    db = settings.raw_dir / SESSIONS
+    conn = store(db, ["a", "b"])
+    con, _ = ingest(settings, "run-1", sources=["interactions", "session_ratings"])
+    write_lines(path, [dumps(interaction(9))])  # rewritten
+    conn.execute("delete from session_feedback where id = 'a'")
+    conn.commit()
+    conn.close()
+    con, _ = ingest(settings, "run-2", sources=["interactions", "session_ratings"], con=con)
+    before = everything(con)
+    con.close()
+    settings.state_db.unlink()
+    con, reports = ingest(settings, "run-3", sources=["interactions", "session_ratings"])
+    assert all(f.event == "unchanged" for r in reports.values() for f in r.files)
+    assert everything(con) == before
+    usage = bronze_usage(settings)
+    assert usage["objects"] >= 2 and 0 < usage["compressed_bytes"] and usage["raw_bytes"] >= path.stat().st_size
+
+
+def test_same_size_and_mtime_but_changed_bytes_is_reread(settings):
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000d.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[data.rindex(b"Use")] = ord("W")
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "rewritten"
+    assert rows(con, "select output_text from staging.interactions where id = ?", [interaction(2)["id"]]) == [
+        ("Wse open().",)]
+
+
+def test_future_mtime_still_seals_the_partial_tail(settings):
+    path = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"record_id": "r1", "feedb')
+    future = time.time() + 30 * 86400
+    os.utime(path, (future, future))
+    now = time.time()
+    con, reports = ingest(settings, "run-1", sources=["feedback"], now=now)
+    assert reports["feedback"].files[0].deferred_bytes == 26
+    con, reports = ingest(settings, "run-2", sources=["feedback"], con=con,
+                          now=now + settings.seal_after_seconds + 1)
+    assert reports["feedback"].files[0].event == "sealed"
+    assert rows(con, "select reason from ingest.quarantine") == [("unterminated_last_line",)]
+    assert rows(con, "select lines_read, rows_quarantined, deferred_bytes from ingest.files") == [(1, 1, 0)]
+
+
+def test_crash_after_bronze_write_is_recovered_by_the_next_run(settings):
+    """A run killed between writing bronze and committing raw: the next run applies it once."""
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    crash = subprocess.run([sys.executable, "-c", f"""
+import os, sys
+sys.path.insert(0, {str(os.getcwd())!r}); sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+from conftest import ingest
+from dagster_project.engine import engine
+from dagster_project.settings import Settings
+def die(self, batch):
+    if batch:
+        os.kill(os.getpid(), 9)
+engine.Ingestor._apply = die
+ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
+                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}}}), "crashed", sources=["interactions"])
+"""])
+    assert crash.returncode == -9
+    assert bronze_usage(settings)["objects"] == 1
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert reports["interactions"].replayed_entries == 1
+    assert reports["interactions"].files[0].event == "unchanged"  # bronze already holds its bytes
+    assert rows(con, "select count(*), min(ingest_run_id) from raw.interactions") == [(3, "crashed")]
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(3, 3)]
+    with path.open("ab") as fh:
+        fh.write(dumps(interaction(7)).encode() + b"\n")
+    con, _ = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(4, 4)]
+
+
+def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
+    from dagster_project.engine.bronze import Bronze
+
+    db = settings.raw_dir / SESSIONS
+    conn = store(db, [f"k{i}" for i in range(1, 5001)])  # rowid i: ranges of 1,024 keys 0..4
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    conn.execute("update session_feedback set value = ? where id = 'k1500'", [rating("k1500", "negative")])
+    conn.execute("delete from session_feedback where id = 'k10'")
+    add(conn, "k5001")
+    conn.commit()
+    conn.close()
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert reports["session_ratings"].files[0].lines == 2  # the edited row and the new one
+    last = [e for e in Bronze(settings, "session_ratings").entries() if e.kind == "rows"][-1]
+    assert last.meta == {"rows": 2, "ranges_read": 3, "rows_compared": 5000 - 2048}  # ranges 2, 3 untouched
+    assert rows(con, "select id, label, deleted_at_source is not null from staging.session_ratings "
+                     "where id in ('k10', 'k1500', 'k5001') order by id") == [
+        ("k10", "positive", True), ("k1500", "negative", False), ("k5001", "positive", False)]
+    assert rows(con, "select lines_read, high_water_mark from ingest.files") == [(5002, 5001)]

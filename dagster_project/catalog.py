@@ -26,6 +26,11 @@ TABLES: dict[str, str] = {
     "ingest.runs": "One row per pipeline run: mode, status, what it read, warnings and error.",
     "ingest.file_events": "One row per noteworthy file event per run: rewritten, shrunk, sealed, corrupt, missing.",
     "ingest.validations": "One row per expectation result per run (Great Expectations on staged tables, marts, exports).",
+    "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
+                       "provenance), which expectation and the offending value (never silently lost).",
+    "ingest.bronze_applied": "One row per source: the last bronze entry (observation sequence) applied to raw.",
+    "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
+                          "(detects rows updated or deleted anywhere in the table).",
     "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
                                  "examples with a boolean label.",
     "staging.git_commits": "One row per commit sha from the eventlog (the latest re-scrape wins).",
@@ -77,6 +82,10 @@ COLUMNS: dict[str, str] = {
     "rejected_path": "Provenance of the rejected response: its raw file.",
     "rejected_line_number": f"Provenance of the rejected response: its 1-based line {PROVENANCE}.",
     "ingest_run_id": "Run that loaded this version of the record.",
+    "observed_seq": "Order in which the lake observed this version (bronze record); the last tie-breaker of "
+                    "last-wins, so an in-place edit at the source wins.",
+    "deleted_at_source": "When the lake saw the producer delete this row (SQLite); NULL while it exists. "
+                         "The row is kept.",
     "extra": "Keys the record carried beyond the declared fields, as JSON (nothing is dropped).",
     "content_hash": "sha256 of the record's canonical content (identity of content-identified sources).",
     "source": "Source name (the registry in dagster_project/sources/) or, in source tables, the producer's "
@@ -122,6 +131,21 @@ COLUMNS: dict[str, str] = {
 
 # Columns whose meaning depends on the table.
 TABLE_COLUMNS: dict[str, str] = {
+    # ingest.excluded
+    "ingest.excluded.table_name": "Table the row was excluded from (schema.table).",
+    "ingest.excluded.row_key": "The excluded row's key columns as text, '|'-joined.",
+    "ingest.excluded.expectation": "The drop expectation that excluded the row.",
+    "ingest.excluded.detail": "The offending value: <column> = <JSON value>.",
+    "ingest.excluded.excluded_at": "When the row was excluded (UTC).",
+    "ingest.bronze_applied.seq": "Observation sequence of the last bronze entry applied.",
+    "ingest.sqlite_keys.key": "The SQLite table's integer key.",
+    "ingest.sqlite_keys.sha256": "sha256 of the row's record as last read.",
+    "ingest.validations.action": "What a failure does: warn (reported), drop (rows excluded into ingest.excluded), "
+                                 "fail (blocks the run).",
+    "ingest.runs.snapshot": "Snapshot version this run published, or the current one when nothing changed.",
+    "ingest.runs.snapshot_status": "published | unchanged | not published.",
+    "ingest.files.generation": "How many times the lake started reading this path from byte 0 (rewritten, "
+                               "shrunk, reappeared); earlier generations' rows are kept.",
     # ingest.files
     "ingest.files.format": "jsonl | json_array | sqlite.",
     "ingest.files.size_bytes": "File size when last read.",
@@ -384,6 +408,9 @@ def column_comment(schema: str, table: str, column: str, generated: dict[str, st
             return TABLE_COLUMNS[key]
         if key in generated:
             return generated[key]
+    if column.endswith("_fold"):
+        return (f"How {column[:-5]} was resolved to an instant: utc | offset | epoch | unambiguous | "
+                "fold_first | fold_second (a naive local time in a repeated hour, see README: Local times).")
     if column.endswith("_text") and column != "raw_text":
         return f"{column[:-5]} exactly as written (before conversion to UTC)."
     return COLUMNS.get(column)

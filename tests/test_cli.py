@@ -209,15 +209,17 @@ def test_a_warehouse_locked_by_another_process_is_one_line(ran, tmp_path):
 
 
 @pytest.mark.slow
-def test_step_failures_are_printed_once_short_and_with_the_trace_only_when_verbose(env):
-    env.export_dir.mkdir(parents=True)
-    (env.export_dir / "training").write_text("not a directory")
+def test_step_failures_are_printed_once_short_and_with_the_trace_only_when_verbose(env, monkeypatch):
+    from dagster_project.publishing.snapshot import FAULT_ENV
+
+    monkeypatch.setenv(FAULT_ENV, "enospc:objects_written")  # the disk fills up while publishing
     result = invoke("run", "--quiet")
     assert result.exit_code == 1
     failed = [line for line in result.output.splitlines() if line.startswith("✗ ")]
-    assert failed and len(failed) == len(set(failed)) and all(line.startswith("✗ training__") for line in failed)
+    assert failed and len(failed) == len(set(failed)) and all(line.startswith("✗ snapshot") for line in failed)
+    assert "No space left on device" in result.output, result.output
     assert "Traceback" not in result.output and "(run with -v for the full traceback)" in result.output
-    assert "the published warehouse is unchanged" in result.output
+    assert "the current snapshot (warehouse and exports) is unchanged" in result.output
     verbose = invoke("-v", "run", "--quiet")
     assert verbose.exit_code == 1 and 'File "' in verbose.output
 

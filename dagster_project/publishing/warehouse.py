@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from dagster_project.catalog import column_comment
 from dagster_project.publishing.parquet import fsync_file, lit, q
 
 
@@ -31,8 +32,10 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
             if table_comment:
                 con.execute(f"comment on view {q(schema)}.{q(name)} is {lit(table_comment)}")
             present = {r[0] for r in con.execute(f"describe {q(schema)}.{q(name)}").fetchall()}
-            for column, text in column_comments.items():
-                if column in present:  # a pseudonymised column is renamed in the published data
+            for column in sorted(present):
+                # a pseudonymised column is renamed in the published data: describe it by its new name
+                text = column_comments.get(column) or column_comment(schema, name, column, {})
+                if text:
                     con.execute(f"comment on column {q(schema)}.{q(name)}.{q(column)} is {lit(text)}")
         con.execute("checkpoint")
     finally:

@@ -60,6 +60,9 @@ create table if not exists ingest.runs (
     warnings varchar[] default []  -- e.g. a source whose globs matched no file
 );
 alter table ingest.runs add column if not exists warnings varchar[] default [];
+-- the snapshot a run published (or found current when nothing changed): published | unchanged | not published
+alter table ingest.runs add column if not exists snapshot varchar;
+alter table ingest.runs add column if not exists snapshot_status varchar;
 
 -- Things worth telling a data engineer about a file: rewritten, shrunk, sealed, corrupt, unclaimed.
 create table if not exists ingest.file_events (

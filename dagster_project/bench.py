@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dagster_project.settings import Settings
+from transforms.spec import STORAGE_TYPE
 
 
 def _settings(workdir: Path) -> Settings:
@@ -46,8 +47,8 @@ def _jsonl_files(settings: Settings) -> dict[str, list[Path]]:
 
 
 def _bare_columns(spec) -> dict[str, str]:
-    types = {"string": "VARCHAR", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN"}
-    return {f.name: ("VARCHAR" if f.time and f.type == "string" else types.get(f.type, "JSON")) for f in spec.fields}
+    return {f.name: ("VARCHAR" if f.time and f.type == "string" else STORAGE_TYPE[f.type].upper())
+            for f in spec.fields}
 
 
 def phase_bare(workdir: Path, parquet: bool) -> dict:

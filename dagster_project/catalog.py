@@ -379,6 +379,8 @@ def field_comment(spec: SourceSpec, f: Field) -> str:
         parts.append(" and ".join(bounds))
     if f.time:
         parts.append(f"instant in UTC read as {f.time} (original text in {f.name}_text)")
+    if f.type == "date":
+        parts.append("a calendar date written YYYY-MM-DD (no time, no zone)")
     return "; ".join(parts) + "."
 
 

@@ -306,6 +306,32 @@ def test_sqlite_rows_are_incremental_and_bad_values_quarantined(settings):
     conn.close()
 
 
+def test_recorded_date_is_a_strict_calendar_date(settings):
+    """``recorded_date`` is staged as DATE; any other shape is quarantined, never coerced."""
+    import datetime
+
+    bad = {"2026-2-3": "bad_value", "2026-02-30": "bad_value", "0000-01-01": "bad_value",
+           "2026-02-26T00:00:00": "bad_value", " 2026-02-26": "bad_value", "": "bad_value",
+           20260226: "bad_type", None: "bad_type"}
+    db = settings.raw_dir / "sessions" / "session_feedback.sqlite3"
+    db.parent.mkdir(parents=True)
+    _session_db(db, [("ok", "positive", _rating("ok")),
+                     ("leap", "positive", _rating("leap", at="2024-02-29T10:00:00Z")),
+                     ("absent", "positive", json.dumps({k: v for k, v in json.loads(_rating("absent")).items()
+                                                        if k != "recorded_date"}))]
+                + [(f"b{i}", "skip", json.dumps({**json.loads(_rating(f"b{i}")), "recorded_date": v}))
+                   for i, v in enumerate(bad)]).close()
+    con, _ = ingest(settings, sources=["session_ratings"])
+    assert rows(con, "select typeof(recorded_date) from staging.session_ratings limit 1") == [("DATE",)]
+    assert rows(con, "select id, recorded_date from staging.session_ratings order by id") == [
+        ("absent", None), ("leap", datetime.date(2024, 2, 29)), ("ok", datetime.date(2026, 2, 26))]
+    got = rows(con, "select line_number, reason, detail from ingest.quarantine order by line_number")
+    assert [(n, r) for n, r, _ in got] == [(i + 4, f"{kind}:recorded_date") for i, kind in enumerate(bad.values())]
+    assert got[0][2] == 'string "2026-2-3" is not a calendar date YYYY-MM-DD'
+    assert got[6][2] == "expected a date string YYYY-MM-DD, got a number 20260226"
+    check_accounting(con)
+
+
 def test_sqlite_snapshot_is_consistent_while_another_process_writes(settings):
     """A writer process commits batches of 10 rows during ingestion: the reader sees whole batches."""
     import subprocess

@@ -34,6 +34,7 @@ MAX_OFFSET_MINUTES = 18 * 60  # ISO 8601 / RFC 3339 offsets stop at ±18:00
 KIND_NAMES = {"s": "a string", "o": "an object", "a": "an array", "b": "a boolean", "n": "null", "num": "a number", "x": "a non-standard literal"}
 EXPECTED = {
     "string": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
+    "date": "a date string YYYY-MM-DD",
     "object": "an object", "array": "an array", "any": "any JSON value",
     "json_text": "a JSON document (object, array or string holding JSON)",
 }
@@ -248,6 +249,14 @@ def _typed_expr(f: Field, i: int, params: dict) -> tuple[str, list[tuple[str, st
                        f"'number ' || {raw} || ' is not finite'"))
     elif f.type == "bool":
         value = f"case {raw} when 'true' then true when 'false' then false end"
+    elif f.type == "date":
+        # Strict ISO calendar date: DuckDB's cast alone also takes '2026-2-3' and year 0000 (which
+        # Python cannot represent), so the shape is checked first; nothing else is coerced.
+        text = f"({v} ->> '$')"
+        value = (f"case when {k} = 's' and regexp_full_match({text}, '[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}') "
+                 f"and not starts_with({text}, '0000') then try_cast({text} as date) end")
+        checks.append((f"{k} = 's' and {t} is null",
+                       f"'string ' || left({raw}, 80) || ' is not a calendar date YYYY-MM-DD'"))
     elif f.type == "json_text":
         value = (f"case when {k} = 's' and json_valid({v} ->> '$') then ({v} ->> '$')::json "
                  f"when {k} in ('o', 'a') then {v} end")
@@ -339,7 +348,7 @@ def _field_rules(f: Field, i: int, checks: list) -> list[tuple[str, str, str]]:
         rules.append((f"{k} = 'n'", f"'bad_type:' || {lit}",
                       f"'key \"' || {lit} || '\" is null; expected {EXPECTED[f.type]}'"))
     allowed = {
-        "string": ["s"], "int": ["num"], "float": ["num"], "bool": ["b"], "object": ["o"],
+        "string": ["s"], "int": ["num"], "float": ["num"], "bool": ["b"], "date": ["s"], "object": ["o"],
         "array": ["a"], "any": ["s", "o", "a", "b", "num"], "json_text": ["s", "o", "a"],
     }[f.type] + ["n"]
     kind_list = ", ".join(f"'{x}'" for x in allowed)

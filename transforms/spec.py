@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 # The JSON value types a field accepts, and the DuckDB type its value is stored as.
-FieldType = Literal["string", "int", "float", "bool", "object", "array", "any", "json_text"]
+FieldType = Literal["string", "int", "float", "bool", "date", "object", "array", "any", "json_text"]
 # How a field's text becomes an instant. ``iso_naive`` is read in the source's time zone.
 TimeFormat = Literal["iso_naive", "iso_offset", "iso_any", "epoch_s", "epoch_ms"]
 Format = Literal["jsonl", "jsonl_or_array", "sqlite"]
@@ -21,6 +21,7 @@ STORAGE_TYPE: dict[str, str] = {
     "int": "bigint",
     "float": "double",
     "bool": "boolean",
+    "date": "date",
     "object": "json",
     "array": "json",
     "any": "json",

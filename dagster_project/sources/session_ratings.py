@@ -13,7 +13,7 @@ SOURCE = SourceSpec(
         Field("session_id_opaque"),
         Field("user_id_or_null", required=False, nullable=True),
         Field("recorded_at", time="iso_offset"),
-        Field("recorded_date", required=False),
+        Field("recorded_date", "date", required=False),
         Field("label", enum=("positive", "negative", "skip")),
         Field("turn_count_at_end", "int", required=False, minimum=0),
         Field("source", enum=("cli_end", "cli_exit", "api_end")),

@@ -44,7 +44,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 SAMPLE_ROWS = 5
 SAMPLE_TEXT_CHARS = 200
 KEY_COLUMNS = ("id", "record_id", "interaction_id", "example_id", "content_hash", "event_key", "chosen_id",
-               "rejected_id", "query_id", "origin", "source_path", "source_line", "path", "line_number")
+               "rejected_id", "query_id", "origin", "path", "line_number")
 
 
 @dataclass
@@ -544,8 +544,8 @@ EXCLUDED_COLUMNS = {
     "line_number": "bigint",
     "excluded_at": "timestamptz",
 }
-PROVENANCE_PAIRS = (("path", "line_number"), ("source_path", "source_line"),
-                    ("chosen_source_path", "chosen_source_line"))
+# A DPO pair has no single source line: its ledger row points at the chosen response.
+PROVENANCE_PAIRS = (("path", "line_number"), ("chosen_path", "chosen_line_number"))
 
 
 @dataclass

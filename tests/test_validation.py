@@ -337,6 +337,21 @@ def test_drop_removes_one_bad_row_records_it_once_per_run_and_the_rest_passes(la
     assert roles.observed["excluded"] == 1 and report.summary()["excluded"] == {roles.name: 1}
 
 
+def test_a_dropped_dpo_pair_is_recorded_with_the_chosen_response_provenance(lake):
+    from dagster_project.validation import apply_drops
+
+    con = lake.con.cursor()
+    con.execute("create or replace table main.dpo_one_bad as select * from exports.dpo")
+    victim = con.execute("select chosen_id, rejected_id, chosen_path, chosen_line_number from dpo_one_bad "
+                         "order by all limit 1").fetchone()
+    assert victim[2] and victim[3] >= 1
+    con.execute("update dpo_one_bad set rejected = chosen where chosen_id = ? and rejected_id = ?", victim[:2])
+    drops = apply_drops(con, "main.dpo_one_bad", run_id="r", now=NOW, checks=SUITES["exports.dpo"])
+    assert drops.excluded == {"chosen differs from rejected": 1}
+    assert con.execute("select path, line_number from ingest.excluded where table_name = 'main.dpo_one_bad'"
+                       ).fetchall() == [victim[2:]]
+
+
 def test_drop_beyond_its_threshold_keeps_the_rows_and_fails_naming_the_expectation(lake):
     from dagster_project.validation import apply_drops
 

@@ -10,7 +10,6 @@ from transforms.spec import SourceSpec
 SQLITE_SUFFIXES = {".db", ".sqlite", ".sqlite3"}
 
 
-
 def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
     """(stored path, real path) of every file the source's globs match, sorted by stored path."""
     found: dict[str, Path] = {}

@@ -88,19 +88,13 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     """The file name (without ``.parquet``) each row goes to.
 
     The event time's day for tables over ``DAY_GRAIN_ROWS`` rows (a day's append is a new
-    file), its month for smaller ones (fewer tiny files; rewriting them costs little). Without
-    a time column, the date in the name of the row's source file (``source_path``: producers
-    name files by day), else one partition.
+    file), its month for smaller ones (fewer tiny files; rewriting them costs little); one
+    partition without a time column.
     """
     fmt = "%Y-%m-%d" if rows > DAY_GRAIN_ROWS else "%Y-%m"
     col = partition_column(columns)
-    source = next((c for c in columns if c == "source_path" or c.endswith("_source_path")), None)
     if col:
         when = f"coalesce(strftime({q(col)}, '{fmt}'), 'undated')"
-    elif source:
-        width = len("2026-01-01") if rows > DAY_GRAIN_ROWS else len("2026-01")
-        when = (f"coalesce(nullif(left(regexp_extract({q(source)}, '(\\d{{4}}-\\d{{2}}-\\d{{2}})[^/]*$', 1), "
-                f"{width}), ''), 'undated')")
     else:
         when = "'all'"
     if dataset.kind == "training" and "split" in columns:

@@ -124,15 +124,26 @@ def sample_run(tmp_path_factory):
     return Settings.from_env(env), proc.stderr
 
 
+def copy_run(settings, dest: Path, *, link_raw: bool = False):
+    """A copy of a finished run (raw lake, state, warehouse link, exports) under ``dest``/run.
+
+    A copied raw file is a new inode, which the engine records as a state change on the next
+    run; ``link_raw`` hard-links the raw files instead, so that run sees an unchanged lake (the
+    files are then shared with the original: never write to them)."""
+    from dataclasses import replace
+
+    root = settings.warehouse.parent
+    raw = os.path.abspath(settings.raw_dir) + os.sep
+
+    def copy(src, dst):
+        return os.link(src, dst) if link_raw and os.path.abspath(src).startswith(raw) else shutil.copy2(src, dst)
+
+    shutil.copytree(root, dest / "run", symlinks=True, copy_function=copy)
+    return replace(settings, **{name: dest / "run" / getattr(settings, name).relative_to(root)
+                                for name in ("raw_dir", "warehouse", "export_dir")})
+
+
 @pytest.fixture
 def sample_run_copy(sample_run, tmp_path):
     """A private copy of the session's sample run (raw lake, state, warehouse, exports)."""
-    import shutil
-    from dataclasses import replace
-
-    settings, _ = sample_run
-    root = settings.warehouse.parent
-    shutil.copytree(root, tmp_path / "run", symlinks=True)
-    moved = {name: tmp_path / "run" / getattr(settings, name).relative_to(root)
-             for name in ("raw_dir", "warehouse", "export_dir")}
-    return replace(settings, **moved)
+    return copy_run(sample_run[0], tmp_path)

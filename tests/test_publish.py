@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import PROJECT
+from conftest import PROJECT, copy_run
 from dagster_project.engine import ensure_schema
 from dagster_project.pipeline import run_pipeline
 from dagster_project.publishing import (CURRENT, SNAPSHOTS, PublishError, current_version, list_snapshots,
@@ -91,18 +91,16 @@ def shared_files(root: Path, version: str) -> dict[str, os.stat_result]:
 # ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    """One real run on a copy of the sample lake; tests copy its state database."""
-    from dagster_project.settings import Settings
-
-    root = tmp_path_factory.mktemp("sample")
-    shutil.copytree(PROJECT / "data" / "raw", root / "raw")
-    settings = replace(Settings.from_env({"FLYWHEEL_RAW_DIR": str(root / "raw"),
-                                          "FLYWHEEL_WAREHOUSE": str(root / "warehouse.duckdb"),
-                                          "FLYWHEEL_EXPORT_DIR": str(root / "exports")}), pseudonym_key=KEY)
-    result = run_pipeline(settings)
-    assert result.success, result.failures
-    return settings, result
+def sample(sample_run, tmp_path_factory):
+    """This module's copy of the session's sample run (``conftest.sample_run``, same key):
+    (settings, the run's id). One test runs again on it; the others only read it."""
+    settings = copy_run(sample_run[0], tmp_path_factory.mktemp("sample"), link_raw=True)
+    assert settings.pseudonym_key == KEY
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    (run_id,) = con.execute("select run_id from ingest.runs where status = 'success' "
+                            "order by started_at desc limit 1").fetchone()
+    con.close()
+    return settings, run_id
 
 
 def copy_state(sample_settings, tmp_path: Path) -> Path:
@@ -112,10 +110,10 @@ def copy_state(sample_settings, tmp_path: Path) -> Path:
 
 
 def test_a_run_publishes_one_complete_snapshot_with_the_fixed_paths(sample, tmp_path, monkeypatch):
-    settings, result = sample
+    settings, run_id = sample
     export = settings.export_dir
     manifest = verify_snapshot(export)  # every file matches its hash, every warehouse view reads
-    assert manifest["run_id"] == result.run_id and manifest["validation"]["status"] == "passed"
+    assert manifest["run_id"] == run_id and manifest["validation"]["status"] == "passed"
     assert (export / CURRENT).is_symlink() and os.readlink(export / CURRENT) == f"{SNAPSHOTS}/{manifest['version']}"
     assert os.readlink(export / "training") == "current/training" and os.readlink(export / "analytics") == "current/analytics"
     assert os.path.realpath(settings.warehouse) == str((export / SNAPSHOTS / manifest["version"] / "warehouse.duckdb"))
@@ -134,7 +132,7 @@ def test_a_run_publishes_one_complete_snapshot_with_the_fixed_paths(sample, tmp_
     schemas = {r[0] for r in con.execute("select distinct schema_name from duckdb_views() where not internal").fetchall()}
     assert schemas == {"ingest", "staging", "marts", "exports"}
     assert con.execute("select count(*) from exports.sft").fetchone()[0] == sft["rows"]
-    assert con.execute("select snapshot_status from ingest.runs where run_id = ?", [result.run_id]).fetchone() == (
+    assert con.execute("select snapshot_status from ingest.runs where run_id = ?", [run_id]).fetchone() == (
         "published",)
     con.close()
 
@@ -190,9 +188,10 @@ def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots
 
     from dagster_project.cli import app
 
-    settings, first = sample
+    settings, first_run_id = sample
     for name, value in {"FLYWHEEL_RAW_DIR": settings.raw_dir, "FLYWHEEL_WAREHOUSE": settings.warehouse,
-                        "FLYWHEEL_EXPORT_DIR": settings.export_dir, "FLYWHEEL_PSEUDONYM_KEY": KEY}.items():
+                        "FLYWHEEL_EXPORT_DIR": settings.export_dir, "FLYWHEEL_PSEUDONYM_KEY": KEY,
+                        "FLYWHEEL_AS_OF": settings.as_of}.items():
         monkeypatch.setenv(name, str(value))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     before = current_version(settings.export_dir)
@@ -203,7 +202,7 @@ def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots
     assert [s["version"] for s in list_snapshots(settings.export_dir)] == [before]
     con = duckdb.connect(str(settings.state_db), read_only=True)
     again = con.execute("select run_id from ingest.runs where run_id <> ? order by started_at desc limit 1",
-                        [first.run_id]).fetchone()[0]
+                        [first_run_id]).fetchone()[0]
     assert con.execute("select snapshot, snapshot_status from ingest.runs where run_id = ?",
                        [again]).fetchone() == (before, "unchanged")
     con.close()
@@ -212,19 +211,14 @@ def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots
 
 
 @pytest.mark.slow
-def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_run_is_the_reference(tmp_path):
-    from dagster_project.settings import Settings
-
-    shutil.copytree(PROJECT / "data" / "raw", tmp_path / "raw")
-    lake = replace(Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
-                                      "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
-                                      "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports")}), pseudonym_key=KEY)
-    assert run_pipeline(lake).success
+def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_run_is_the_reference(sample_run_copy,
+                                                                                                 tmp_path):
+    lake = sample_run_copy  # a successful run of the sample lake
     reference = read_manifest(lake.export_dir)
-    new_line = (tmp_path / "raw" / "interactions").glob("interactions_*.jsonl").__next__().read_text().splitlines()[0]
+    new_line = (lake.raw_dir / "interactions").glob("interactions_*.jsonl").__next__().read_text().splitlines()[0]
     record = json.loads(new_line)
     record["id"] = "00000000-0000-4000-8000-00000000feed"
-    (tmp_path / "raw" / "interactions" / "interactions_2026-04-01_feed0000.jsonl").write_text(json.dumps(record) + "\n")
+    (lake.raw_dir / "interactions" / "interactions_2026-04-01_feed0000.jsonl").write_text(json.dumps(record) + "\n")
 
     bad = run_pipeline(replace(lake, eval_fraction=2.0))
     assert not bad.success
@@ -266,15 +260,8 @@ def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_ru
 
 
 @pytest.mark.slow
-def test_one_bad_training_row_is_dropped_named_in_the_ledger_and_counted_in_the_manifest(tmp_path):
-    from dagster_project.settings import Settings
-
-    shutil.copytree(PROJECT / "data" / "raw", tmp_path / "raw")
-    lake = replace(Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
-                                      "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
-                                      "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports")}), pseudonym_key=KEY)
-    first = run_pipeline(lake)
-    assert first.success, first.failures
+def test_one_bad_training_row_is_dropped_named_in_the_ledger_and_counted_in_the_manifest(sample_run_copy):
+    lake = sample_run_copy  # a successful run of the sample lake
     before = read_manifest(lake.export_dir)["datasets"]["training/sft"]
     # an accepted, positive interaction whose prompt became empty: it cannot train
     con = duckdb.connect(str(lake.state_db))

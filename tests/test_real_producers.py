@@ -179,18 +179,13 @@ TUI_EMPTY_QUERY = '{"timestamp":1795395866,"query":"","response":"It is injectab
 
 
 @pytest.mark.slow
-def test_an_empty_tui_query_and_a_2031_interaction_do_not_stop_the_run(settings, tmp_path):
-    import shutil
-    from dataclasses import replace
-
+def test_an_empty_tui_query_and_a_2031_interaction_do_not_stop_the_run(sample_run_copy):
     import duckdb
 
-    from conftest import PROJECT
     from dagster_project.pipeline import run_pipeline
 
-    raw = tmp_path / "lake"
-    shutil.copytree(PROJECT / "data" / "raw", raw)
-    lake = replace(settings, raw_dir=raw, pseudonym_key="test-key")
+    lake = sample_run_copy  # the sample lake, run once; the producers then append these lines
+    raw = lake.raw_dir
     ratings = raw / "weighted" / "feedback.jsonl"
     ratings_lines = ratings.read_bytes().count(b"\n")
     write_lines(ratings, [TUI_EMPTY_QUERY], mode="ab")

@@ -599,10 +599,13 @@ def suite_for(table: str) -> list[Check] | None:
 
 
 def order_keys(table: str) -> tuple[str, ...]:
-    """Key columns to sort ``table`` by when publishing: declared, else its first unique check."""
-    if table in ORDER_KEYS:
-        return ORDER_KEYS[table]
-    for check in SUITES.get(table, []):
+    """Key columns to sort ``table`` by when publishing: declared, else its suite's key."""
+    return ORDER_KEYS[table] if table in ORDER_KEYS else suite_key(SUITES.get(table, []))
+
+
+def suite_key(suite: list[Check]) -> tuple[str, ...]:
+    """A table's key as its suite declares it: the first uniqueness check."""
+    for check in suite:
         if check.kind == "unique" and check.expr is None:
             return (check.column,)
         if check.kind == "compound_unique":

@@ -35,7 +35,8 @@ from typing import Any
 
 import duckdb
 
-from dagster_project.expectations import MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check, order_keys
+from dagster_project.expectations import (MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check, order_keys,
+                                          suite_key)
 from transforms.sqlfiles import table_columns
 
 # GX must never phone home (no network in production): set before great_expectations is imported.
@@ -593,7 +594,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
     ensure_excluded_table(con)
     for statement in MACROS:
         con.execute(statement)
-    keys = [c for c in (order_keys(table) or _suite_key(suite)) if c in columns]
+    keys = [c for c in (order_keys(table) or suite_key(suite)) if c in columns]
     key_sql = ("concat_ws('|', " + ", ".join(f"coalesce({_q(k)}::varchar, '∅')" for k in keys) + ")"
                if keys else "rowid::varchar")
     path_col, line_col = next(((p, l) for p, l in PROVENANCE_PAIRS if p in columns and l in columns),
@@ -640,16 +641,6 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
         con.execute("rollback")
         raise
     return report
-
-
-def _suite_key(suite: list[Check]) -> tuple[str, ...]:
-    """The key of a table validated with an explicit suite: its first uniqueness check."""
-    for check in suite:
-        if check.kind == "unique" and check.expr is None:
-            return (check.column,)
-        if check.kind == "compound_unique":
-            return check.columns
-    return ()
 
 
 def _note_exclusions(con: duckdb.DuckDBPyConnection, table: str, run_id: str, results: list[CheckResult]) -> None:

@@ -37,6 +37,7 @@ class Field:
     value must pass (``enum``, ``minimum``...) quarantine the record as ``bad_value:<name>``.
     ``time`` turns the value into a UTC ``timestamptz`` column and keeps the text in
     ``<name>_text``; ``time_zone`` pins a naive field to a zone regardless of the source's.
+    A ``date`` is a calendar day with no time or zone: a string exactly ``YYYY-MM-DD``.
     """
 
     name: str

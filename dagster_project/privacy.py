@@ -88,6 +88,7 @@ class Matcher:
     secret: bytes
     keys: set[str]
     cutoff: datetime | None = None
+    mention: str | None = None  # at forget time only: the raw id written anywhere in the record
     carried: set[str] = field(default_factory=set)  # new keys (interaction ids of erased sessions)
     values: set[str] = field(default_factory=set)  # ids of removed records (for snapshot rows)
     removed: int = 0
@@ -111,6 +112,10 @@ class Matcher:
         return True
 
     def _matches(self, record: dict) -> bool:
+        # Free text naming the subject (a commit message "archive session <id>") goes too; later
+        # reads cannot see this (only HMACs are kept), they match the declared fields.
+        if self.mention and self.mention in json.dumps(record, ensure_ascii=False):
+            return True
         for subject in self.spec.subjects if self.keys else ():
             value = _value(record, subject.field)
             if value is None:
@@ -457,7 +462,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
         for spec in sorted(specs.values(), key=lambda s: not s.carries):
             if not spec.subjects:
                 continue
-            matcher = Matcher(spec, secret, all_keys)
+            matcher = Matcher(spec, secret, all_keys, mention=subject_id if len(subject_id) >= 8 else None)
             n = scrub_bronze(settings, spec, matcher)
             all_keys |= matcher.carried
             values |= matcher.values
@@ -480,7 +485,26 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
         first = next(iter(sorted(rows)))
         rows[first]["snapshot"] = snapshot_rows  # snapshot rows are per dataset, not per source
         record_erasure(con, kind, rows, snapshots)
+    with writer_lock(settings):
+        compact_state(settings)
     return ForgetResult(kind, rows, snapshots)
+
+
+def compact_state(settings: Settings) -> None:
+    """DuckDB reuses freed blocks without zeroing them: copy the state database into a fresh
+    file so the erased rows' old bytes do not survive in it."""
+    db = settings.state_db
+    fresh = db.with_name(db.name + ".compact")
+    fresh.unlink(missing_ok=True)
+    con = duckdb.connect()
+    try:
+        con.execute(f"attach '{db}' as old (read_only); attach '{fresh}' as new; copy from database old to new")
+        con.execute("detach old; detach new")
+    finally:
+        con.close()
+    os.replace(fresh, db)
+    for suffix in (".wal",):
+        Path(str(db) + suffix).unlink(missing_ok=True)
 
 
 def _scrub_run_log(con: duckdb.DuckDBPyConnection, subject_id: str, values: set[str]) -> None:

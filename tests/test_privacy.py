@@ -81,9 +81,27 @@ def cli(settings, *args) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.fixture
+def lake(tmp_path):
+    """The sample lake run once in tmp_path (a private snapshot: its warehouse views name its own files)."""
+    import re
+    import shutil
+
+    from dagster_project.settings import Settings
+
+    shutil.copytree(PROJECT / "data" / "raw", tmp_path / "raw")
+    as_of = re.search(r"^SAMPLE_AS_OF := (\S+)$", (PROJECT / "Makefile").read_text(), re.M).group(1)
+    settings = Settings.from_env({
+        "FLYWHEEL_RAW_DIR": str(tmp_path / "raw"), "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+        "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"), "FLYWHEEL_AS_OF": as_of,
+        "FLYWHEEL_PSEUDONYM_KEY": "test-key"})
+    assert run_pipeline(settings).success
+    return settings
+
+
 @pytest.mark.slow
-def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(sample_run_copy):
-    settings = sample_run_copy
+def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(lake):
+    settings = lake
     # The retrieval tool logged a query in the same session (and one in another).
     query = json.loads((settings.raw_dir / "eventlog" / "export.jsonl").read_text().splitlines()[1])
     mine = {**query, "source_id": "q_forget_me", "data": json.dumps(
@@ -128,8 +146,8 @@ def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(sam
     con.close()
 
     # The producer rewrites the file that still holds the session: it must not come back.
-    path = next(p for p in (settings.raw_dir / "interactions").glob("*.jsonl") if SESSION in p.read_text())
-    path.write_text("\n" + path.read_text())  # rewritten: read again from byte 0 as a new generation
+    path = next(p for p in (settings.raw_dir / "interactions").glob("*.jsonl") if SESSION.encode() in p.read_bytes())
+    path.write_bytes(b"\n" + path.read_bytes())  # rewritten: read again from byte 0 as a new generation
     assert run_pipeline(settings).success
     assert state_rows_naming(settings, needles) == {}
     assert SESSION.encode() not in bronze_bytes(settings)
@@ -143,8 +161,8 @@ def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(sam
 
 
 @pytest.mark.slow
-def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_ones(sample_run_copy):
-    settings = sample_run_copy
+def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_ones(lake):
+    settings = lake
     con = duckdb.connect(str(settings.state_db), read_only=True)
     times = [r[0] for r in con.execute("select recorded_at from staging.session_ratings order by 1").fetchall()]
     ids_by_age = con.execute("select id, recorded_at from raw.session_ratings order by recorded_at").fetchall()

@@ -152,6 +152,8 @@ def forget(
     def rebuild() -> None:
         result = _run(settings, full_refresh=True, console=None)
         if not result.success:
+            console.print(f"[red]error:[/] the rebuild after erasing from bronze failed; fix the cause and run "
+                          f"`flywheel forget --{kind} ...` again with the same id to finish", soft_wrap=True)
             _print_result(result, settings, 0.0)
 
     try:

@@ -39,6 +39,7 @@ from transforms.pseudonyms import load_or_create_key, opaque_session_id, pseudon
 from transforms.spec import SourceSpec
 
 ERASED_FILE = "erased_subjects.json"
+PENDING_FILE = "erase_pending.json"
 SCHEMA = """
 create schema if not exists ingest;
 create table if not exists ingest.erasures (
@@ -455,11 +456,17 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
     rows: dict[str, dict[str, int]] = {}
     values = {subject_id, opaque_session_id(subject_id), pseudonym(secret, subject_id),
               session_pseudonym(secret, subject_id)}
+    pending_file = settings.state_dir / PENDING_FILE
+    subject_key = _key(secret, kind, subject_id)
+    pending = json.loads(pending_file.read_text(encoding="utf-8")) if pending_file.exists() else None
+    resume = pending is not None and pending["subject"] == subject_key
     with writer_lock(settings):
         all_keys = erased_keys(settings) | keys
+        if resume:  # bronze is done; the rebuild or the snapshots were interrupted: finish them
+            rows, values = pending["rows"], values | set(pending["values"])
         # Sources whose records carry links (interaction ids) go first: their carried keys
         # erase the linked records of the others.
-        for spec in sorted(specs.values(), key=lambda s: not s.carries):
+        for spec in [] if resume else sorted(specs.values(), key=lambda s: not s.carries):
             if not spec.subjects:
                 continue
             matcher = Matcher(spec, secret, all_keys, mention=subject_id if len(subject_id) >= 8 else None)
@@ -469,13 +476,18 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
             if n:
                 rows[spec.name] = {"bronze": n}
         if not rows:
-            raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
+                raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
                                  "(check the id; an id already forgotten matches nothing)")
         _save_keys(settings, all_keys)
         with state_connection(settings, lock=False) as con:
             for name, c in rows.items():
-                c["raw"], c["staging"] = _count(con, f"raw.{name}"), _count(con, f"staging.{name}")
+                if not resume:
+                    c["raw"], c["staging"] = _count(con, f"raw.{name}"), _count(con, f"staging.{name}")
             _scrub_run_log(con, subject_id, values)
+        # Until the snapshots are clean, what is needed to finish (a retry of the same command)
+        # is kept privately; it names no id, only the subject's HMAC and the linked record ids.
+        bronze_mod._atomic_write(pending_file, json.dumps(
+            {"subject": subject_key, "values": sorted(values - {subject_id}), "rows": rows}).encode("utf-8"))
     rebuild()
     snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values))
     with state_connection(settings) as con:
@@ -487,6 +499,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
         record_erasure(con, kind, rows, snapshots)
     with writer_lock(settings):
         compact_state(settings)
+        pending_file.unlink(missing_ok=True)
     return ForgetResult(kind, rows, snapshots)
 
 

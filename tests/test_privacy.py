@@ -206,3 +206,26 @@ def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_on
     objects = sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*"))
     assert run_pipeline(replace(settings, session_retention_days=days)).success
     assert sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*")) == objects
+
+
+@pytest.mark.slow
+def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    def crash() -> None:
+        raise RuntimeError("killed during the rebuild")
+
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
+    assert SESSION.encode() not in bronze_bytes(lake)
+    pending = (lake.state_dir / privacy.PENDING_FILE).read_text()
+    assert SESSION not in pending
+    assert snapshot_rows_naming(lake, [SESSION])  # not finished yet
+
+    done = privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert done.rows["interactions"]["bronze"] > 0 and done.rows["interactions"]["raw"] > 0
+    assert snapshot_rows_naming(lake, [SESSION]) == {} and state_rows_naming(lake, [SESSION]) == {}
+    assert not (lake.state_dir / privacy.PENDING_FILE).exists()
+    with pytest.raises(privacy.NothingToErase):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), crash)

@@ -476,7 +476,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
             if n:
                 rows[spec.name] = {"bronze": n}
         if not rows:
-                raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
+            raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
                                  "(check the id; an id already forgotten matches nothing)")
         _save_keys(settings, all_keys)
         with state_connection(settings, lock=False) as con:

@@ -112,6 +112,13 @@ class Matcher:
                 self.values.add(value)
         return True
 
+    def mentioned(self, raw: bytes) -> bool:
+        """An unreadable line (quarantined) that names the subject: only at erase time."""
+        if self.mention and self.mention.encode("utf-8") in raw:
+            self.removed += 1
+            return True
+        return False
+
     def _matches(self, record: dict) -> bool:
         # Free text naming the subject (a commit message "archive session <id>") goes too; later
         # reads cannot see this (only HMACs are kept), they match the declared fields.
@@ -167,10 +174,10 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
     """The payload without the matched records (same bytes when nothing matched)."""
     if kind == "span":
         out, changed = [], False
-        for line in bytes(data).splitlines(keepends=True):
+        for line in re.findall(rb"[^\n]*\n|[^\n]+$", bytes(data)):  # lines as the reader splits them
             body = line.rstrip(b"\r\n")
             record = _record(body) if body.strip() else None
-            if record is not None and match(record):
+            if match(record) if record is not None else match.mentioned(body):
                 line = b" " * len(body) + line[len(body):]  # same length: offsets and line count hold
                 changed = True
             out.append(line)
@@ -180,7 +187,8 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
         for line in bytes(data).splitlines(keepends=True):
             key, text = json.loads(line)
             record = _record(text.encode("utf-8", errors="surrogatepass")) if text else None
-            if record is not None and match(record):
+            raw = (text or "").encode("utf-8", errors="surrogatepass")
+            if match(record) if record is not None else match.mentioned(raw):
                 changed = True
                 continue
             out.append(line)

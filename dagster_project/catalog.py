@@ -28,6 +28,8 @@ TABLES: dict[str, str] = {
     "ingest.validations": "One row per expectation result per run (Great Expectations on staged tables, marts, exports).",
     "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
                        "provenance), which expectation and the offending value (never silently lost).",
+    "ingest.erasures": "One row per source per erasure (flywheel forget) or retention pass: when, kind "
+                       "(session | user | retention) and the rows removed per layer; never the id.",
     "ingest.bronze_applied": "One row per source: the last bronze entry (observation sequence) applied to raw.",
     "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
                           "(detects rows updated or deleted anywhere in the table).",
@@ -131,6 +133,14 @@ COLUMNS: dict[str, str] = {
 
 # Columns whose meaning depends on the table.
 TABLE_COLUMNS: dict[str, str] = {
+    "ingest.erasures.erased_at": "When the erasure or retention pass ran (UTC).",
+    "ingest.erasures.kind": "session | user (flywheel forget) or retention (the source's retention window).",
+    "ingest.erasures.source": "The source whose records were removed (snapshots: kept snapshots' files).",
+    "ingest.erasures.bronze_rows": "Records removed from the bronze record (JSONL lines blanked, SQLite rows dropped).",
+    "ingest.erasures.raw_rows": "Rows fewer in raw.<source> after the rebuild from bronze.",
+    "ingest.erasures.staging_rows": "Rows fewer in staging.<source> after the rebuild from bronze.",
+    "ingest.erasures.snapshot_rows": "Rows removed from the Parquet files of kept snapshots.",
+    "ingest.erasures.snapshots": "Kept snapshots rewritten (their manifests updated).",
     # ingest.excluded
     "ingest.excluded.table_name": "Table the row was excluded from (schema.table).",
     "ingest.excluded.row_key": "The excluded row's key columns as text, '|'-joined.",

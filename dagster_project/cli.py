@@ -136,6 +136,34 @@ def run(
 
 
 @app.command()
+def forget(
+    session: Annotated[str | None, typer.Option("--session", help="The session id to erase from every layer.")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="The user id to erase from every layer.")] = None,
+) -> None:
+    """Erase one session or user from bronze, raw, staging, marts, exports and every kept snapshot."""
+    from dagster_project import privacy
+    from dagster_project.sources import load_sources
+
+    if (session is None) == (user is None):
+        fail("give exactly one of --session ID or --user ID")
+    settings = _settings()
+    kind, subject = ("session", session) if session is not None else ("user", user)
+
+    def rebuild() -> None:
+        result = _run(settings, full_refresh=True, console=None)
+        if not result.success:
+            console.print(f"[red]error:[/] the rebuild after erasing from bronze failed; fix the cause and run "
+                          f"`flywheel forget --{kind} ...` again with the same id to finish", soft_wrap=True)
+            _print_result(result, settings, 0.0)
+
+    try:
+        done = privacy.forget(settings, kind, subject, load_sources(settings.sources_file), rebuild)
+    except privacy.NothingToErase as exc:
+        fail(str(exc), 1)
+    console.print(done.summary(), highlight=False, soft_wrap=True)
+
+
+@app.command()
 def status() -> None:
     """Per source: files, lines, loaded, quarantined, deferred, last run; kept snapshots."""
     _print_status(_settings())

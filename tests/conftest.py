@@ -74,6 +74,9 @@ def settings(tmp_path):
         "FLYWHEEL_RAW_DIR": str(raw),
         "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
         "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"),
+        # Fixture ratings are dated 2026 and runs are as of today: retention (every layer) must
+        # not expire them (tests/test_privacy.py tests the window).
+        "FLYWHEEL_SESSION_RETENTION_DAYS": "3650",
     })
 
 

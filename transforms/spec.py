@@ -53,6 +53,23 @@ class Field:
 
 
 @dataclass(frozen=True)
+class Subject:
+    """A field that identifies a person (``flywheel forget``, dagster_project/privacy.py).
+
+    ``kind``: whose id it holds (``session``, ``user``; ``interaction`` links a record to an
+    erased interaction). ``field``: a key of the record, dotted for a key inside a JSON object
+    field (``data.session_id``). ``hashed``: the field holds ``sha256(id)``, not the id.
+    ``extract``: a regex whose group 1 is the id inside a longer value (a tag name, an id with
+    an adapter suffix); the whole value is compared too.
+    """
+
+    kind: Literal["session", "user", "interaction"]
+    field: str
+    hashed: bool = False
+    extract: str | None = None
+
+
+@dataclass(frozen=True)
 class SqliteTable:
     """Where a SQLite source keeps its rows.
 
@@ -98,6 +115,13 @@ class SourceSpec:
     # a readable instant beyond the run time + slack is dropped at staging instead (expectations).
     earliest: str = "2000-01-01"
     latest: str = "2100-01-01"
+    # Privacy: the fields naming a person; ``carries``: (field, kind) of a matched record that
+    # other sources refer to (an erased session's interactions erase their feedback too).
+    subjects: tuple[Subject, ...] = ()
+    carries: tuple[tuple[str, str], ...] = ()
+    # (time field, settings attribute holding the days): records older are removed from every
+    # layer by the lake's own retention.
+    retention: tuple[str, str] | None = None
 
     @property
     def field_names(self) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ import dagster as dg
 
 from dagster_project.catalog import apply_comments
 from dagster_project.defs.marts import TABLE_KEYS
+from dagster_project import privacy
 from dagster_project.publishing import publish_snapshot, watermarks
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
@@ -35,6 +36,10 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
             con, export_dir=settings.export_dir, warehouse=settings.warehouse, run_id=context.run_id,
             pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
             allow_empty=settings.allow_empty, watermarks=watermarks(con))
+        # Retention reaches the kept snapshots too (the current one was built from trimmed bronze).
+        expired, touched = privacy.retention_in_snapshots(settings, list(flywheel.sources().values()))
+        if expired:
+            privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
     if result.status == "unchanged":
         context.log.info(f"nothing changed since snapshot {result.version}: nothing published")
     shared = {p: d for p, d in (result.manifest or {}).get("datasets", {}).items() if d["kind"] != "internal"}

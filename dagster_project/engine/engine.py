@@ -72,8 +72,15 @@ class Ingestor:
         self.results: dict[str, FileResult] = {}
 
     def run(self, full_refresh: bool = False) -> SourceReport:
+        from dagster_project import privacy
+
         started = time.perf_counter()
         ensure_schema(self.con)
+        # The lake's own retention removes expired records from bronze; raw follows by replay.
+        expired = privacy.enforce_retention(self.settings, self.spec)
+        full_refresh = full_refresh or expired > 0
+        self.matcher = privacy.ingest_matcher(self.settings, self.spec)
+        raw_before = privacy._count(self.con, f"raw.{q(self.spec.name)}")
         if full_refresh:
             reset_source(self.con, self.spec.name)
         ensure_raw_table(self.con, self.spec)
@@ -85,6 +92,9 @@ class Ingestor:
         pending = [e for e in entries if e.seq > (applied[0][0] if applied else 0)]
         self._replay(pending)
         report.replayed_entries = len(pending)
+        if expired:
+            privacy.record_erasure(self.con, "retention", {self.spec.name: {
+                "bronze": expired, "raw": raw_before - privacy._count(self.con, f"raw.{q(self.spec.name)}")}})
         known = {e.path: e.state for e in entries if e.state is not None}
         self.next_seq = (entries[-1].seq if entries else 0) + 1
 
@@ -170,6 +180,9 @@ class Ingestor:
     def _commit(self, batch: list[bronze_mod.Entry]) -> None:
         """Bronze first (durable), then raw and accounting in one transaction."""
         if batch:
+            from dagster_project.privacy import scrub_batch
+
+            scrub_batch(self.matcher, batch)  # erased subjects and expired records never reach bronze
             self.bronze.write(batch)
             self._apply(batch)
 

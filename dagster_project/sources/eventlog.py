@@ -1,6 +1,10 @@
 """The retrieval tool's eventlog: SQLite databases and JSONL exports with the same columns."""
 
-from transforms.spec import Field, SourceSpec, SqliteTable
+from transforms.spec import Subject, Field, SourceSpec, SqliteTable
+
+# Session ids are "YYYYMMDD-HHMMSS", written with an adapter suffix or inside a tag name.
+SESSION_ID = r"^(\d{8}-\d{6})-[A-Za-z][A-Za-z0-9_]*$"
+SESSION_TAG = r"^session-(\d{8}-\d{6})"
 
 SOURCE = SourceSpec(
     name="eventlog",
@@ -33,4 +37,9 @@ SOURCE = SourceSpec(
         "else event_type || ':' || source_id || ':' || md5(data::varchar) end"
     ),
     order=("timestamp", "seq"),
+    subjects=(
+        Subject("session", "data.session_id", extract=SESSION_ID),
+        Subject("session", "data.tag_name", extract=SESSION_TAG),
+        Subject("session", "source_id", extract=SESSION_TAG),
+    ),
 )

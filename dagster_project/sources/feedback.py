@@ -1,6 +1,6 @@
 """``FeedbackRecord`` sidecar rows: thumbs given after an interaction was flushed to disk."""
 
-from transforms.spec import Field, SourceSpec
+from transforms.spec import Subject, Field, SourceSpec
 
 SOURCE = SourceSpec(
     name="feedback",
@@ -18,4 +18,5 @@ SOURCE = SourceSpec(
     # for the label timeline.
     identity=("record_id",),
     order=("timestamp",),
+    subjects=(Subject("interaction", "record_id"),),
 )

@@ -1,6 +1,6 @@
 """FlywheelCollector ``InteractionRecord`` lines: one file per collector process per day."""
 
-from transforms.spec import Field, SourceSpec
+from transforms.spec import Subject, Field, SourceSpec
 
 INTERACTION_TYPES = (
     "prompt_response", "code_generation", "code_review", "refactor", "search",
@@ -31,4 +31,6 @@ SOURCE = SourceSpec(
     ),
     identity=("id",),
     order=("timestamp",),
+    subjects=(Subject("session", "session_id"),),
+    carries=(("id", "interaction"),),
 )

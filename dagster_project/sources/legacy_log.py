@@ -1,6 +1,6 @@
 """The deprecated FabrikLogger's rows: same folder as interactions, different schema, no id."""
 
-from transforms.spec import Field, SourceSpec
+from transforms.spec import Subject, Field, SourceSpec
 
 SOURCE = SourceSpec(
     name="legacy_log",
@@ -28,4 +28,5 @@ SOURCE = SourceSpec(
     # No id: a row is identified by its content, so a re-logged identical row collapses.
     identity=("@content",),
     order=("timestamp",),
+    subjects=(Subject("session", "session_id"),),
 )

@@ -1,6 +1,6 @@
 """OutcomeTracker ``OutcomeRecord`` rows: inferred accept/reject of an assistant turn."""
 
-from transforms.spec import Field, SourceSpec
+from transforms.spec import Subject, Field, SourceSpec
 
 SOURCE = SourceSpec(
     name="outcomes",
@@ -25,4 +25,5 @@ SOURCE = SourceSpec(
     identity=("id",),
     order=("timestamp",),
     derived=(("arm_id", "strategy ->> 'arm_id'"),),
+    subjects=(Subject("session", "session_id"),),
 )

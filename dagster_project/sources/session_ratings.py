@@ -1,6 +1,6 @@
 """End-of-session thumbs in the session-feedback SQLite store; ``value`` is the source of truth."""
 
-from transforms.spec import Field, SourceSpec, SqliteTable
+from transforms.spec import Subject, Field, SourceSpec, SqliteTable
 
 SOURCE = SourceSpec(
     name="session_ratings",
@@ -23,4 +23,6 @@ SOURCE = SourceSpec(
     # ``id`` is not unique (a double submit is two rows): the later insertion wins.
     identity=("id",),
     order=("recorded_at", "line_number"),
+    subjects=(Subject("session", "session_id_opaque", hashed=True), Subject("user", "user_id_or_null")),
+    retention=("recorded_at", "session_retention_days"),
 )

@@ -1,6 +1,6 @@
 """The signal feedback buffer (``feedback_buffer.jsonl``): opinions on chunks and concepts."""
 
-from transforms.spec import Field, SourceSpec
+from transforms.spec import Subject, Field, SourceSpec
 
 SOURCE = SourceSpec(
     name="signals",
@@ -26,4 +26,5 @@ SOURCE = SourceSpec(
     ),
     identity=("id",),
     order=("created_at",),
+    subjects=(Subject("session", "session_id"),),
 )

@@ -1,0 +1,538 @@
+"""Privacy: erase one person (``flywheel forget``) and apply retention in every layer.
+
+One machinery for both: a *matcher* says whether a record must go (its declared subject fields,
+``SourceSpec.subjects``, hash to an erased key; or its retention field is older than the
+window). It is applied
+
+* to the bronze record: each affected object is rewritten with the subject's JSONL lines
+  overwritten by spaces of the same length (offsets and line counts stay valid, the line
+  replays as blank: accounting still balances) and its SQLite rows dropped; the segments naming
+  the object are replaced atomically with the new object, offsets and sha256;
+* at ingest, before bronze is written (``scrub_batch``), so a producer file that still holds
+  the subject (a rewrite, a new generation, a full refresh) never brings it back;
+* raw/staging/marts/exports follow by replaying bronze (a full refresh of the affected sources);
+* to every kept snapshot: the affected Parquet files are rewritten without the rows, linked in
+  place and the manifest updated (rows, sha256, object), so ``verify_snapshot`` still passes.
+
+Erased subjects are kept as HMAC-SHA-256 (the pseudonym key) of ``<kind>:<value>`` in
+``<state_dir>/erased_subjects.json``, never the id. Each erasure leaves one row per source in
+``ingest.erasures`` (no id). A producer's own purge (a row deleted at source) is only recorded
+by the engine; removing is the lake's retention.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+
+from dagster_project.engine import bronze as bronze_mod
+from dagster_project.settings import Settings
+from transforms.pseudonyms import load_or_create_key, opaque_session_id, pseudonym, session_pseudonym
+from transforms.spec import SourceSpec
+
+ERASED_FILE = "erased_subjects.json"
+PENDING_FILE = "erase_pending.json"
+SCHEMA = """
+create schema if not exists ingest;
+create table if not exists ingest.erasures (
+    erased_at timestamptz, kind varchar, source varchar,
+    bronze_rows bigint, raw_rows bigint, staging_rows bigint, snapshot_rows bigint, snapshots bigint)
+"""
+
+
+class NothingToErase(ValueError):
+    pass
+
+
+# --------------------------------------------------------------------------- matching records
+
+
+def _key(secret: bytes, kind: str, value: str) -> str:
+    return hmac.new(secret, f"erase:{kind}:{value}".encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def subject_keys(secret: bytes, kind: str, subject_id: str) -> set[str]:
+    """What an erased subject is recognised by: its id, and for a session its sha256 form."""
+    keys = {_key(secret, kind, subject_id)}
+    if kind == "session":
+        keys.add(_key(secret, "session#sha256", opaque_session_id(subject_id)))
+    return keys
+
+
+def _value(record: dict, path: str):
+    value: object = record
+    for part in path.split("."):
+        if isinstance(value, str):  # a JSON document held as a string (the eventlog's data)
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value if isinstance(value, str) and value else None
+
+
+@dataclass
+class Matcher:
+    """Which records of one source must go; collects what the removed records carried."""
+
+    spec: SourceSpec
+    secret: bytes
+    keys: set[str]
+    cutoff: datetime | None = None
+    mention: str | None = None  # at forget time only: the raw id written anywhere in the record
+    carried: set[str] = field(default_factory=set)  # new keys (interaction ids of erased sessions)
+    values: set[str] = field(default_factory=set)  # ids of removed records (for snapshot rows)
+    removed: int = 0
+
+    def __post_init__(self):
+        self._extract = {s.field: re.compile(s.extract) for s in self.spec.subjects if s.extract}
+
+    def __call__(self, record: dict) -> bool:
+        if not self._matches(record):
+            return False
+        self.removed += 1
+        for name, kind in self.spec.carries:
+            value = _value(record, name)
+            if value:
+                self.carried.add(_key(self.secret, kind, value))
+                self.values.add(value)
+        for name in self.spec.identity:
+            value = _value(record, name)
+            if value:
+                self.values.add(value)
+        return True
+
+    def mentioned(self, raw: bytes) -> bool:
+        """An unreadable line (quarantined) that names the subject: only at erase time."""
+        if self.mention and self.mention.encode("utf-8") in raw:
+            self.removed += 1
+            return True
+        return False
+
+    def _matches(self, record: dict) -> bool:
+        # Free text naming the subject (a commit message "archive session <id>") goes too; later
+        # reads cannot see this (only HMACs are kept), they match the declared fields.
+        if self.mention and self.mention in json.dumps(record, ensure_ascii=False):
+            return True
+        for subject in self.spec.subjects if self.keys else ():
+            value = _value(record, subject.field)
+            if value is None:
+                continue
+            kind = subject.kind + ("#sha256" if subject.hashed else "")
+            candidates = [value]
+            if subject.field in self._extract:
+                m = self._extract[subject.field].search(value)
+                if m:
+                    candidates.append(m.group(1))
+            if any(_key(self.secret, kind, c) in self.keys for c in candidates):
+                return True
+        if self.cutoff is not None and self.spec.retention:
+            text = _value(record, self.spec.retention[0])
+            try:
+                at = datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+            except ValueError:
+                return False  # unreadable: quarantined by the classifier, not a retention matter
+            if at is not None:
+                at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+                return at < self.cutoff
+        return False
+
+
+def retention_cutoff(settings: Settings, spec: SourceSpec) -> datetime | None:
+    """The instant before which the source's records expire (the run date's 00:00 UTC - days)."""
+    if not spec.retention:
+        return None
+    days = getattr(settings, spec.retention[1], None)
+    if days is None:
+        return None
+    day: date = settings.run_date
+    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc) - timedelta(days=int(days))
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+def _record(text: bytes) -> dict | None:
+    try:
+        value = json.loads(text.decode("utf-8").lstrip("\ufeff"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
+    """The payload without the matched records (same bytes when nothing matched)."""
+    if kind == "span":
+        out, changed = [], False
+        for line in re.findall(rb"[^\n]*\n|[^\n]+$", bytes(data)):  # lines as the reader splits them
+            body = line.rstrip(b"\r\n")
+            record = _record(body) if body.strip() else None
+            if match(record) if record is not None else match.mentioned(body):
+                line = b" " * len(body) + line[len(body):]  # same length: offsets and line count hold
+                changed = True
+            out.append(line)
+        return b"".join(out) if changed else data
+    if kind == "rows":
+        out, changed = [], False
+        for line in bytes(data).splitlines(keepends=True):
+            key, text = json.loads(line)
+            record = _record(text.encode("utf-8", errors="surrogatepass")) if text else None
+            raw = (text or "").encode("utf-8", errors="surrogatepass")
+            if match(record) if record is not None else match.mentioned(raw):
+                changed = True
+                continue
+            out.append(line)
+        return b"".join(out) if changed else data
+    return data  # arrays, tombstones, events: no subject fields (sources with arrays declare none)
+
+
+def scrub_batch(matcher: Matcher | None, batch: list[bronze_mod.Entry]) -> None:
+    """At ingest: erased subjects and expired records never reach bronze."""
+    if matcher is None:
+        return
+    for entry in batch:
+        if entry.data is not None and entry.kind in ("span", "rows"):
+            entry.data = scrub_payload(entry.kind, bytes(entry.data), matcher)
+
+
+def ingest_matcher(settings: Settings, spec: SourceSpec) -> Matcher | None:
+    keys = erased_keys(settings) if spec.subjects else set()
+    cutoff = retention_cutoff(settings, spec)
+    if not keys and cutoff is None:
+        return None
+    return Matcher(spec, _secret(settings), keys, cutoff)
+
+
+# --------------------------------------------------------------------------- bronze
+
+
+def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
+    """Rewrite every bronze object of the source holding a matched record; returns records removed."""
+    store = bronze_mod.Bronze(settings, spec.name)
+    segments: dict[Path, list[bronze_mod.Entry]] = {}
+    if not store.dir.is_dir():
+        return 0
+    for seg in sorted(store.dir.glob("*.jsonl")):
+        with open(seg, encoding="utf-8") as fh:
+            segments[seg] = [bronze_mod.Entry(**json.loads(line)) for line in fh if line.strip()]
+    by_object: dict[str, list[bronze_mod.Entry]] = {}
+    for entries in segments.values():
+        for e in entries:
+            if e.object is not None:
+                by_object.setdefault(e.object, []).append(e)
+    before = matcher.removed
+    replaced: dict[str, str] = {}
+    for obj, entries in by_object.items():
+        spans = sorted({(e.offset, e.length, e.kind) for e in entries})
+        new_parts, moved, changed, pos = [], {}, False, 0
+        for offset, length, kind in spans:
+            old = bytes(store.payload(next(e for e in entries if (e.offset, e.length) == (offset, length))))
+            new = scrub_payload(kind, old, matcher)
+            changed |= new is not old and new != old
+            moved[(offset, length)] = (pos, len(new), hashlib.sha256(new).hexdigest())
+            new_parts.append(new)
+            pos += len(new)
+        if not changed:
+            continue
+        payload = b"".join(new_parts)
+        sha = hashlib.sha256(payload).hexdigest()
+        target = store.root / "objects" / sha[:2] / f"{sha}.zst"
+        if not target.exists():
+            import pyarrow as pa
+
+            bronze_mod._atomic_write(target, len(payload).to_bytes(8, "little") + pa.compress(payload, "zstd", asbytes=True))
+        for e in entries:
+            e.offset, e.length, e.sha256 = moved[(e.offset, e.length)]
+            e.object = sha
+        replaced[obj] = sha
+    if not replaced:
+        return 0
+    for seg, entries in segments.items():
+        if any(e.object in replaced.values() for e in entries):
+            bronze_mod._atomic_write(seg, "".join(e.to_json() + "\n" for e in entries).encode("utf-8"))
+    store._objects = {}
+    collect_objects(settings)
+    return matcher.removed - before
+
+
+def collect_objects(settings: Settings) -> int:
+    """Delete bronze objects no segment names (the erased subject's old bytes)."""
+    root = bronze_mod.bronze_dir(settings)
+    named = set()
+    for seg in root.glob("*/*.jsonl"):
+        if seg.parent.name == "objects":
+            continue
+        with open(seg, encoding="utf-8") as fh:
+            named.update(json.loads(line).get("object") for line in fh if line.strip())
+    removed = 0
+    for obj in (root / "objects").glob("*/*.zst"):
+        if obj.name[:-len(".zst")] not in named:
+            obj.unlink()
+            removed += 1
+    return removed
+
+
+# --------------------------------------------------------------------------- erased subjects
+
+
+def _secret(settings: Settings) -> bytes:
+    return load_or_create_key(settings.pseudonym_key, settings.pseudonym_key_file)[0]
+
+
+def erased_keys(settings: Settings) -> set[str]:
+    path = settings.state_dir / ERASED_FILE
+    if not path.exists():
+        return set()
+    return set(json.loads(path.read_text(encoding="utf-8"))["keys"])
+
+
+def _save_keys(settings: Settings, keys: set[str]) -> None:
+    bronze_mod._atomic_write(settings.state_dir / ERASED_FILE,
+                             json.dumps({"keys": sorted(keys)}, indent=0).encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
+    """Rewrite every kept snapshot's Parquet files without the rows ``condition(table, columns)``
+    (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots)."""
+    from dagster_project.publishing.parquet import fsync_dir, fsync_file, lit, sha256_file
+    from dagster_project.publishing.snapshot import MANIFEST, OBJECTS, _locked, _versions, snapshots_dir
+
+    snaps = snapshots_dir(Path(os.path.abspath(export_dir)))
+    if not snaps.exists():
+        return 0, 0
+    removed = touched = 0
+    con = duckdb.connect()
+    with _locked(snaps / ".lock"):
+        for version in _versions(snaps):
+            manifest_path = snaps / version / MANIFEST
+            if not manifest_path.exists():
+                continue
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            changed = False
+            for path, entry in manifest["datasets"].items():
+                where = condition(entry["table"], entry["columns"])
+                if not where:
+                    continue
+                for f in entry["files"]:
+                    file = snaps / version / path / f["name"]
+                    n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
+                    if not n:
+                        continue
+                    tmp = snaps / OBJECTS / f".tmp-erase-{os.getpid()}.parquet"
+                    con.execute(f"copy (select * from read_parquet({lit(file)}) where not coalesce({where}, false)) "
+                                f"to {lit(tmp)} (format parquet, compression zstd)")
+                    fsync_file(tmp)
+                    sha = sha256_file(tmp)
+                    key = f"erased-{sha[:40]}"
+                    obj = snaps / OBJECTS / f"{key}.parquet"
+                    if obj.exists():
+                        tmp.unlink()
+                    else:
+                        os.replace(tmp, obj)
+                    link = file.with_name(f".{file.name}.erase")
+                    link.unlink(missing_ok=True)
+                    os.link(obj, link)
+                    os.replace(link, file)
+                    fsync_dir(file.parent)
+                    f.update(rows=f["rows"] - n, bytes=obj.stat().st_size, sha256=sha, object=key, reused=False)
+                    entry["rows"] -= n
+                    entry["content_hash"] = hashlib.sha256(
+                        "".join(x["sha256"] for x in entry["files"]).encode()).hexdigest()
+                    removed += n
+                    changed = True
+            if changed:
+                touched += 1
+                tmp = manifest_path.with_name(f".{MANIFEST}.erase")
+                tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+                fsync_file(tmp)
+                os.replace(tmp, manifest_path)
+                fsync_dir(manifest_path.parent)
+        for obj in (snaps / OBJECTS).glob("*.parquet"):
+            if obj.stat().st_nlink <= 1:  # the old files: no snapshot links them any more
+                obj.unlink()
+    con.close()
+    return removed, touched
+
+
+def _text_columns(columns: list[dict]) -> list[str]:
+    return [c["name"] for c in columns if c["type"].upper().startswith(("VARCHAR", "JSON"))]
+
+
+def subject_condition(subject_id: str, values: set[str]):
+    """A row goes if a text column equals one of ``values`` or contains the raw id."""
+    from dagster_project.publishing.parquet import lit, q
+
+    listed = ", ".join(lit(v) for v in sorted(values))
+
+    def condition(table: str, columns: list[dict]) -> str | None:
+        names = _text_columns(columns)
+        if not names:
+            return None
+        return " or ".join(f"({q(n)}::varchar in ({listed}) or contains({q(n)}::varchar, {lit(subject_id)}))"
+                           for n in names)
+    return condition
+
+
+def retention_condition(specs: list[SourceSpec], settings: Settings):
+    """Expired records in the snapshots' copies of each source's staging table."""
+    from dagster_project.publishing.parquet import lit, q
+
+    cutoffs = {f"staging.{s.name}": (s.retention[0], retention_cutoff(settings, s)) for s in specs if s.retention}
+
+    def condition(table: str, columns: list[dict]) -> str | None:
+        if table not in cutoffs or cutoffs[table][1] is None:
+            return None
+        name, cutoff = cutoffs[table]
+        if name not in {c["name"] for c in columns}:
+            return None
+        return f"{q(name)} < {lit(cutoff.isoformat())}::timestamptz"
+    return condition
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def record_erasure(con: duckdb.DuckDBPyConnection, kind: str, rows: dict[str, dict[str, int]],
+                   snapshots: int = 0) -> None:
+    con.execute(SCHEMA)
+    at = datetime.now(timezone.utc)
+    for source, c in sorted(rows.items()):
+        con.execute("insert into ingest.erasures values (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [at, kind, source, c.get("bronze", 0), c.get("raw", 0), c.get("staging", 0),
+                     c.get("snapshot", 0), snapshots])
+
+
+def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    try:
+        return con.execute(f"select count(*) from {table}").fetchone()[0]
+    except duckdb.CatalogException:
+        return 0
+
+
+# --------------------------------------------------------------------------- retention (each run)
+
+
+def enforce_retention(settings: Settings, spec: SourceSpec) -> int:
+    """Remove expired records of the source from bronze; the caller replays it when > 0."""
+    cutoff = retention_cutoff(settings, spec)
+    if cutoff is None:
+        return 0
+    return scrub_bronze(settings, spec, Matcher(spec, b"-", set(), cutoff))
+
+
+def retention_in_snapshots(settings: Settings, specs: list[SourceSpec]) -> tuple[int, int]:
+    return scrub_snapshots(settings.export_dir, retention_condition(specs, settings))
+
+
+# --------------------------------------------------------------------------- forget
+
+
+@dataclass
+class ForgetResult:
+    kind: str
+    rows: dict[str, dict[str, int]]
+    snapshots: int
+
+    def summary(self) -> str:
+        total = {layer: sum(c.get(layer, 0) for c in self.rows.values())
+                 for layer in ("bronze", "raw", "staging", "snapshot")}
+        return (f"forgot one {self.kind}: bronze {total['bronze']:,} records, raw {total['raw']:,} rows, "
+                f"staging {total['staging']:,} rows, {total['snapshot']:,} rows in {self.snapshots} kept "
+                f"snapshot(s) across {len(self.rows)} source(s); recorded in ingest.erasures")
+
+
+def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, SourceSpec], rebuild) -> ForgetResult:
+    """Erase one subject from bronze, then ``rebuild()`` (a full refresh that publishes), then
+    from every kept snapshot. Raises NothingToErase when no record names the subject."""
+    from dagster_project.state import state_connection, writer_lock
+
+    secret = _secret(settings)
+    keys = subject_keys(secret, kind, subject_id)
+    rows: dict[str, dict[str, int]] = {}
+    values = {subject_id, opaque_session_id(subject_id), pseudonym(secret, subject_id),
+              session_pseudonym(secret, subject_id)}
+    pending_file = settings.state_dir / PENDING_FILE
+    subject_key = _key(secret, kind, subject_id)
+    pending = json.loads(pending_file.read_text(encoding="utf-8")) if pending_file.exists() else None
+    resume = pending is not None and pending["subject"] == subject_key
+    with writer_lock(settings):
+        all_keys = erased_keys(settings) | keys
+        if resume:  # bronze is done; the rebuild or the snapshots were interrupted: finish them
+            rows, values = pending["rows"], values | set(pending["values"])
+        # Sources whose records carry links (interaction ids) go first: their carried keys
+        # erase the linked records of the others.
+        for spec in [] if resume else sorted(specs.values(), key=lambda s: not s.carries):
+            if not spec.subjects:
+                continue
+            matcher = Matcher(spec, secret, all_keys, mention=subject_id if len(subject_id) >= 8 else None)
+            n = scrub_bronze(settings, spec, matcher)
+            all_keys |= matcher.carried
+            values |= matcher.values
+            if n:
+                rows[spec.name] = {"bronze": n}
+        if not rows:
+            raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
+                                 "(check the id; an id already forgotten matches nothing)")
+        _save_keys(settings, all_keys)
+        with state_connection(settings, lock=False) as con:
+            for name, c in rows.items():
+                if not resume:
+                    c["raw"], c["staging"] = _count(con, f"raw.{name}"), _count(con, f"staging.{name}")
+            _scrub_run_log(con, subject_id, values)
+        # Until the snapshots are clean, what is needed to finish (a retry of the same command)
+        # is kept privately; it names no id, only the subject's HMAC and the linked record ids.
+        bronze_mod._atomic_write(pending_file, json.dumps(
+            {"subject": subject_key, "values": sorted(values - {subject_id}), "rows": rows}).encode("utf-8"))
+    rebuild()
+    snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values))
+    with state_connection(settings) as con:
+        for name, c in rows.items():
+            c["raw"] -= _count(con, f"raw.{name}")
+            c["staging"] -= _count(con, f"staging.{name}")
+        first = next(iter(sorted(rows)))
+        rows[first]["snapshot"] = snapshot_rows  # snapshot rows are per dataset, not per source
+        record_erasure(con, kind, rows, snapshots)
+    with writer_lock(settings):
+        compact_state(settings)
+        pending_file.unlink(missing_ok=True)
+    return ForgetResult(kind, rows, snapshots)
+
+
+def compact_state(settings: Settings) -> None:
+    """DuckDB reuses freed blocks without zeroing them: copy the state database into a fresh
+    file so the erased rows' old bytes do not survive in it."""
+    db = settings.state_db
+    fresh = db.with_name(db.name + ".compact")
+    fresh.unlink(missing_ok=True)
+    con = duckdb.connect()
+    try:
+        con.execute(f"attach '{db}' as old (read_only); attach '{fresh}' as new; copy from database old to new")
+        con.execute("detach old; detach new")
+    finally:
+        con.close()
+    os.replace(fresh, db)
+    for suffix in (".wal",):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+
+
+def _scrub_run_log(con: duckdb.DuckDBPyConnection, subject_id: str, values: set[str]) -> None:
+    """The run log is not rebuilt from bronze: drop its rows naming the subject."""
+    for table, column in (("ingest.excluded", "row_key"), ("ingest.excluded", "detail")):
+        try:
+            con.execute(f"delete from {table} where {column} in (select unnest(?::varchar[])) "
+                        f"or contains({column}, ?)", [sorted(values), subject_id])
+        except duckdb.CatalogException:
+            pass

@@ -1,0 +1,231 @@
+"""Privacy: `flywheel forget` and retention reach every layer (bronze, raw, staging, kept snapshots)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from dagster_project.engine.accounting import check_accounting
+from dagster_project.pipeline import run_pipeline
+from dagster_project.publishing.snapshot import _versions, snapshots_dir, verify_snapshot
+from transforms.pseudonyms import session_pseudonym
+
+SESSION = "cc1b8853-f096-461f-9e33-d0fd51165a08"  # in the sample's interactions, feedback and ratings
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def bronze_bytes(settings) -> bytes:
+    """Every bronze object decompressed, and every manifest segment."""
+    root = settings.state_dir / "bronze"
+    out = []
+    for obj in sorted((root / "objects").glob("*/*.zst")):
+        blob = obj.read_bytes()
+        out.append(pa.decompress(blob[8:], int.from_bytes(blob[:8], "little"), "zstd", asbytes=True))
+    out.extend(seg.read_bytes() for seg in sorted(root.glob("*/*.jsonl")))
+    return b"\n".join(out)
+
+
+def state_rows_naming(settings, needles: list[str]) -> dict[str, int]:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        found = {}
+        for schema, table in con.execute("select schema_name, table_name from duckdb_tables()").fetchall():
+            cond = " or ".join(f"contains(t::varchar, '{n}')" for n in needles)
+            n = con.execute(f'select count(*) from "{schema}"."{table}" t where {cond}').fetchone()[0]
+            if n:
+                found[f"{schema}.{table}"] = n
+        return found
+    finally:
+        con.close()
+
+
+def snapshot_rows_naming(settings, needles: list[str]) -> dict[str, int]:
+    con = duckdb.connect()
+    found = {}
+    for f in sorted(snapshots_dir(settings.export_dir).glob("*/*/*/*.parquet")):
+        cond = " or ".join(f"contains(t::varchar, '{n}')" for n in needles)
+        n = con.execute(f"select count(*) from read_parquet('{f}') t where {cond}").fetchone()[0]
+        if n:
+            found[str(f)] = n
+    return found
+
+
+def staging_content(settings) -> dict[str, list]:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        tables = con.execute("select table_name from duckdb_tables() where schema_name = 'staging' "
+                             "order by 1").fetchall()
+        return {t: sorted(map(str, con.execute(
+            f'select * exclude (ingest_run_id, observed_seq) from staging."{t}"'
+            if "observed_seq" in [c[0] for c in con.execute(f'describe staging."{t}"').fetchall()]
+            else f'select * from staging."{t}"').fetchall())) for (t,) in tables}
+    finally:
+        con.close()
+
+
+def cli(settings, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FLYWHEEL_RAW_DIR": str(settings.raw_dir), "FLYWHEEL_WAREHOUSE": str(settings.warehouse),
+           "FLYWHEEL_EXPORT_DIR": str(settings.export_dir), "FLYWHEEL_AS_OF": settings.as_of.isoformat(),
+           "FLYWHEEL_PSEUDONYM_KEY": settings.pseudonym_key, "PYTHONPATH": str(PROJECT)}
+    return subprocess.run([sys.executable, "-m", "dagster_project.cli", *args], cwd=settings.warehouse.parent,
+                          env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture
+def lake(tmp_path):
+    """The sample lake run once in tmp_path (a private snapshot: its warehouse views name its own files)."""
+    import re
+    import shutil
+
+    from dagster_project.settings import Settings
+
+    shutil.copytree(PROJECT / "data" / "raw", tmp_path / "raw")
+    as_of = re.search(r"^SAMPLE_AS_OF := (\S+)$", (PROJECT / "Makefile").read_text(), re.M).group(1)
+    settings = Settings.from_env({
+        "FLYWHEEL_RAW_DIR": str(tmp_path / "raw"), "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+        "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"), "FLYWHEEL_AS_OF": as_of,
+        "FLYWHEEL_PSEUDONYM_KEY": "test-key"})
+    assert run_pipeline(settings).success
+    return settings
+
+
+@pytest.mark.slow
+def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(lake):
+    settings = lake
+    # The retrieval tool logged a query in the same session (and one in another).
+    query = json.loads((settings.raw_dir / "eventlog" / "export.jsonl").read_text().splitlines()[1])
+    mine = {**query, "source_id": "q_forget_me", "data": json.dumps(
+        {**json.loads(query["data"]), "query_id": "q_forget_me", "session_id": SESSION})}
+    other = {**query, "source_id": "q_keep_me", "data": json.dumps(
+        {**json.loads(query["data"]), "query_id": "q_keep_me"})}
+    (settings.raw_dir / "eventlog" / "more.jsonl").write_text(json.dumps(mine) + "\n" + json.dumps(other) + "\n")
+    assert run_pipeline(settings).success  # a second kept snapshot that holds the session
+    opaque = hashlib.sha256(SESSION.encode()).hexdigest()
+    needles = [SESSION, opaque, session_pseudonym(settings.pseudonym_key.encode(), SESSION)]
+    assert SESSION.encode() in bronze_bytes(settings) and opaque.encode() in bronze_bytes(settings)
+    before = snapshot_rows_naming(settings, needles)
+    assert len({Path(p).parts[-4] for p in before}) == 2  # both kept snapshots hold it
+    kept_before = _versions(snapshots_dir(settings.export_dir))
+
+    done = cli(settings, "forget", "--session", SESSION)
+    assert done.returncode == 0, done.stderr + done.stdout
+    output = (done.stdout + done.stderr).strip()
+    assert output.splitlines()[-1].startswith("forgot one session: bronze ") and SESSION not in output
+
+    blob = bronze_bytes(settings)
+    assert SESSION.encode() not in blob and opaque.encode() not in blob
+    assert b"q_keep_me" in blob  # the other session's query stays
+    assert state_rows_naming(settings, needles) == {}
+    assert snapshot_rows_naming(settings, needles) == {}
+    assert SESSION.encode() not in settings.state_db.read_bytes()
+    versions = _versions(snapshots_dir(settings.export_dir))
+    assert set(kept_before) < set(versions)
+    for version in versions:
+        verify_snapshot(settings.export_dir, version)
+    wh = duckdb.connect(os.path.realpath(settings.warehouse), read_only=True)
+    assert wh.execute("select count(*) from staging.scry_queries where query_id = 'q_keep_me'").fetchone()[0] == 1
+    wh.close()
+
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    check_accounting(con)
+    audit = con.execute("select kind, source, bronze_rows, raw_rows, staging_rows from ingest.erasures "
+                        "order by source").fetchall()
+    assert {a[1] for a in audit} == {"eventlog", "feedback", "interactions", "session_ratings"}
+    assert all(a[0] == "session" and a[2] > 0 and a[3] == a[2] for a in audit)
+    assert dict((a[1], a[2]) for a in audit)["eventlog"] == 1
+    con.close()
+
+    # The producer rewrites the file that still holds the session: it must not come back.
+    path = next(p for p in (settings.raw_dir / "interactions").glob("*.jsonl") if SESSION.encode() in p.read_bytes())
+    path.write_bytes(b"\n" + path.read_bytes())  # rewritten: read again from byte 0 as a new generation
+    assert run_pipeline(settings).success
+    assert state_rows_naming(settings, needles) == {}
+    assert SESSION.encode() not in bronze_bytes(settings)
+    incremental = staging_content(settings)
+    assert run_pipeline(settings, full_refresh=True).success
+    assert staging_content(settings) == incremental
+
+    again = cli(settings, "forget", "--session", SESSION)
+    refused = (again.stdout + again.stderr).strip()
+    assert again.returncode == 1 and len(refused.splitlines()) == 1 and "nothing erased" in refused
+
+
+@pytest.mark.slow
+def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_ones(lake):
+    settings = lake
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    times = [r[0] for r in con.execute("select recorded_at from staging.session_ratings order by 1").fetchall()]
+    ids_by_age = con.execute("select id, recorded_at from raw.session_ratings order by recorded_at").fetchall()
+    # A quarantined version has no readable time: it is kept, as every unreadable line is.
+    unreadable = "\n".join(r[0] for r in con.execute(
+        "select raw_text from ingest.quarantine where source = 'session_ratings'").fetchall())
+    con.close()
+    middle = times[len(times) // 2]
+    run_day = settings.as_of
+    days = (datetime(run_day.year, run_day.month, run_day.day, tzinfo=timezone.utc) - middle).days
+    cutoff = datetime(run_day.year, run_day.month, run_day.day, tzinfo=timezone.utc) - timedelta(days=days)
+    expired = [i for i, at in ids_by_age if at < cutoff and i not in unreadable]
+    kept = [i for i, at in ids_by_age if at >= cutoff and i not in expired]
+    assert expired and kept
+
+    assert run_pipeline(replace(settings, session_retention_days=days)).success
+    blob = bronze_bytes(settings)
+    assert not [i for i in expired if i.encode() in blob]
+    assert all(i.encode() in blob for i in kept)
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    assert con.execute("select count(*) from raw.session_ratings where recorded_at < ?", [cutoff]).fetchone()[0] == 0
+    assert con.execute("select count(*) from staging.session_ratings where recorded_at >= ?", [cutoff]).fetchone()[0] > 0
+    check_accounting(con)
+    audit = con.execute("select source, bronze_rows, snapshot_rows from ingest.erasures where kind = 'retention' "
+                        "order by source").fetchall()
+    con.close()
+    assert audit[0][0] == "session_ratings" and audit[0][1] == len([i for i, at in ids_by_age if at < cutoff])
+    assert audit[1][0] == "snapshots" and audit[1][2] > 0
+    reader = duckdb.connect()
+    for version in _versions(snapshots_dir(settings.export_dir)):
+        verify_snapshot(settings.export_dir, version)
+        files = list((snapshots_dir(settings.export_dir) / version / "internal" / "staging.session_ratings").glob("*"))
+        assert files
+        old = reader.execute("select count(*) from read_parquet(?) where recorded_at < ?",
+                             [[str(f) for f in files], cutoff]).fetchone()[0]
+        young = reader.execute("select count(*) from read_parquet(?) where recorded_at >= ?",
+                               [[str(f) for f in files], cutoff]).fetchone()[0]
+        assert old == 0 and young > 0
+
+    # Nothing more expired: the next run rewrites nothing.
+    objects = sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*"))
+    assert run_pipeline(replace(settings, session_retention_days=days)).success
+    assert sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*")) == objects
+
+
+@pytest.mark.slow
+def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    def crash() -> None:
+        raise RuntimeError("killed during the rebuild")
+
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
+    assert SESSION.encode() not in bronze_bytes(lake)
+    pending = (lake.state_dir / privacy.PENDING_FILE).read_text()
+    assert SESSION not in pending
+    assert snapshot_rows_naming(lake, [SESSION])  # not finished yet
+
+    done = privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert done.rows["interactions"]["bronze"] > 0 and done.rows["interactions"]["raw"] > 0
+    assert snapshot_rows_naming(lake, [SESSION]) == {} and state_rows_naming(lake, [SESSION]) == {}
+    assert not (lake.state_dir / privacy.PENDING_FILE).exists()
+    with pytest.raises(privacy.NothingToErase):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), crash)

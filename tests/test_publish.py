@@ -407,6 +407,20 @@ def test_a_small_append_rewrites_only_the_partitions_it_touches(tmp_path):
     assert data_hashes(publish(state, tmp_path / "fresh", "second").manifest) == data_hashes(second.manifest)
 
 
+def test_run_bookkeeping_written_after_a_publish_does_not_make_the_next_run_publish(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb")
+    first = publish(state, tmp_path, "first")
+    con = duckdb.connect(str(state))  # retention on kept snapshots audits itself after the publish
+    con.execute("create table ingest.erasures as select now() as erased_at, 'retention' as kind, 3 as rows")
+    con.execute("insert into ingest.runs (run_id, started_at, mode, status) values ('x', now(), 'incremental', 'success')")
+    con.close()
+    second = publish(state, tmp_path, "second")
+    assert (second.status, second.version) == ("unchanged", first.version)
+    append_month(state, 10)  # new data: the bookkeeping is published with it
+    third = publish(state, tmp_path, "third")
+    assert third.status == "published" and "internal/ingest.erasures" in third.manifest["datasets"]
+
+
 def test_retention_keeps_n_snapshots_and_drops_unreferenced_objects(tmp_path):
     state = toy_state(tmp_path / "state.duckdb", months=2, per_month=50)
     versions = []

@@ -54,7 +54,10 @@ MANIFEST = "manifest.json"
 WAREHOUSE_FILE = "warehouse.duckdb"
 TRAINING = ("sft", "kto", "dpo", "weighted")
 WAREHOUSE_SCHEMAS = ("ingest", "staging", "marts", "exports")  # raw.* stays private
-RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files"})
+# Bookkeeping about runs, not data: it changes every run (ingest.erasures is written after a
+# publish, by retention on kept snapshots), so it never makes a run "changed" on its own; it is
+# published with the next snapshot that has new data.
+RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files", "ingest.erasures"})
 # Columns holding a raw session or user id (staging names them so): pseudonymised when shared,
 # and the values the privacy gate looks for in every shared dataset.
 ID_COLUMN = r"(^|_)(session|user)_id"

@@ -591,6 +591,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
     quoted = _quote_table(table)
     candidates = int(con.execute(f"select count(*) from {quoted}").fetchone()[0])
     report = DropReport(table, run_id, candidates)
+    if not drops:  # most tables: nothing can be dropped, so no ledger rows and no transaction
+        return report
     ensure_excluded_table(con)
     for statement in MACROS:
         con.execute(statement)

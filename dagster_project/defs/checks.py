@@ -20,7 +20,7 @@ def _check_metadata(report) -> dict:
         "rows_validated": report.rows,
         "expectations": len(report.results),
         "failed": dg.MetadataValue.md("\n".join(
-            f"- **{r.check.name}** ({'blocking' if r.check.blocking else 'reported'}): "
+            f"- **{r.check.name}** (action {r.check.action}): "
             f"{r.unexpected_count:,} unexpected, observed {r.observed}, e.g. `{r.samples[:2]}`"
             for r in report.results if not r.success) or "none"),
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import duckdb
 
 from transforms.spec import Field, SourceSpec
+from transforms.sqlfiles import lit
 
 PROVENANCE = "in the raw file named by path"
 
@@ -428,10 +429,6 @@ def column_comment(schema: str, table: str, column: str, generated: dict[str, st
     return COLUMNS.get(column)
 
 
-def sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] | None = None) -> list[str]:
     """Comment every table and column present; return ``schema.table[.column]`` left undescribed."""
     from dagster_project.sources import builtin_sources
@@ -446,7 +443,7 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
         name = f"{schema}.{table}"
         qualified = f'"{schema}"."{table}"'
         if name in tables:
-            con.execute(f"comment on table {qualified} is {sql_string(tables[name])}")
+            con.execute(f"comment on table {qualified} is {lit(tables[name])}")
         else:
             missing.append(name)
         columns = con.execute("select column_name from duckdb_columns() where database_name = current_database() "
@@ -456,5 +453,5 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
             if text is None:
                 missing.append(f"{name}.{column}")
                 continue
-            con.execute(f'comment on column {qualified}."{column}" is {sql_string(text)}')
+            con.execute(f'comment on column {qualified}."{column}" is {lit(text)}')
     return missing

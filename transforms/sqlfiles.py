@@ -55,6 +55,11 @@ def materialize(
     return con.execute(f"select count(*) from {_quote_table(target)}").fetchall()[0][0]
 
 
+def lit(value: object) -> str:
+    """A SQL string literal (for statements that take no parameters: COPY targets, COMMENT ON)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def _quote_table(name: str) -> str:
     return ".".join(f'"{part}"' for part in name.split("."))
 

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import duckdb
 
+from transforms.classify import q
+from transforms.sqlfiles import lit
+
 FORMAT = "flywheel-parquet/1"
 ROW_GROUP_ROWS = 100_000
 # Event-time columns, most meaningful first; a table without one is a single partition.
@@ -189,11 +192,3 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def lit(value: object) -> str:
-    return "'" + str(value).replace("'", "''") + "'"

@@ -78,8 +78,12 @@ def ensure_raw_table(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> None:
 def reset_source(con: duckdb.DuckDBPyConnection, source: str) -> None:
     """Drop everything derived from bronze for ``source``: its next run replays bronze whole
     (through today's classifier) before reading what is new in the producers' files."""
+    from dagster_project import versions
+
     con.execute(f"drop table if exists raw.{q(source)}")
     con.execute(f"drop table if exists staging.{q(source)}")
+    versions.bump(con, f"raw.{source}", None, reset=True)
+    versions.forget(con, f"staging.{source}")
     for table in ("ingest.quarantine", "ingest.files", "ingest.file_events", "ingest.bronze_applied",
                   "ingest.sqlite_keys"):
         con.execute(f"delete from {table} where source = ?", [source])

@@ -31,6 +31,7 @@ from dagster_project.engine.discovery import SQLITE_SUFFIXES, discover
 from dagster_project.engine.readers import FileView, Unit
 from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
+from dagster_project import versions
 from transforms.localtime import resolve_folds
 from transforms.classify import build_sql, output_columns, q, strict_verdict
 from transforms.lines import Rejected
@@ -258,6 +259,7 @@ class Ingestor:
             self._write_files(batch)
             self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
                              [self.spec.name, batch[-1].seq])
+            versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
             self.con.execute("commit")
         except BaseException:
             self.con.execute("rollback")

@@ -1,45 +1,223 @@
-"""``make bench``: the pipeline against bare DuckDB on the same generated lake, in one run.
+"""``make bench``: issue 10's targets measured side by side in one run.
 
-Each measurement runs in its own subprocess so its peak RSS is its own. Figures:
+On the main lake (1,000,000 interactions by default): process start-up, bare ``read_json`` (explicit
+schema, ``ignore_errors``: the fast but lossy lower bound), bare ``read_json`` + ``COPY … TO
+parquet``, a full refresh through staging, a full refresh through exports, a no-op run, and an
+incremental run after appending 1% new interactions with their sidecars. On two more lakes (N and
+2N) the four full-read phases again, for marginal costs per interaction (start-up cancels).
 
-* (a) ``flywheel run --full-refresh`` through staging (every source, lossless);
-* (b) bare ``read_json`` with an explicit schema and ``ignore_errors=true`` into tables over the
-  same JSONL files: the fast but lossy lower bound;
-* (c) an incremental run after appending 1% new interaction lines;
-* (d) the whole pipeline through exports, against (e) bare ``read_json`` + ``COPY … TO parquet``.
+Every phase is its own subprocess (``python -m dagster_project.bench PHASE OUT.json``), so its peak
+RSS is its own and its wall time includes start-up like a real ``flywheel run``. Each full refresh
+starts from an empty state (no warehouse, no bronze): it reads every raw file, as the bare reads do.
+Runs use a Dagster instance of their own under the run directory (SQLite event log, as
+``flywheel run`` under ``make``), whose event log gives per-step seconds and the snapshot's metadata.
+
+Lakes are generated once, cached by a marker (interactions, seed, generator source hash). The 1%
+append is journaled before it is written and undone after the incremental run (or at the start of
+the next bench if one was interrupted), so re-runs measure the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+SEED = 7
+APPEND_SEED = 1_000_003  # another seed: new sessions and new ids
+APPEND_SHARE = 0.01
+APPEND_SOURCES = ("interactions", "feedback", "outcomes")  # what the collector writes together
+# The generated lake spans about 60 days; squeezing its clock by 64 puts a whole generated lake
+# (interactions, then feedback and outcomes minutes to hours later) inside one day, in order.
+APPEND_SQUEEZE = 64
+PSEUDONYM_KEY = "flywheel-bench-key"
+MAIN_PHASES = ("startup", "bare", "bare_copy", "full_staging", "full_exports", "noop", "incremental")
+MARGINAL_PHASES = ("bare", "bare_copy", "full_staging", "full_exports")
+LABELS = {
+    "startup": "process start-up (import definitions)",
+    "bare": "bare read_json (lossy lower bound)",
+    "bare_copy": "bare read_json + COPY TO parquet",
+    "full_staging": "full refresh → staging",
+    "full_exports": "full refresh → exports (whole pipeline)",
+    "noop": "no-op run (nothing new)",
+    "incremental": "incremental run after +1%",
+}
 
-from dagster_project.settings import Settings
-from transforms.spec import STORAGE_TYPE
+
+class BenchError(RuntimeError):
+    """A phase failed or the workdir cannot be used; the message is one line."""
 
 
-def _settings(workdir: Path) -> Settings:
-    return Settings.from_env({
-        "FLYWHEEL_RAW_DIR": str(workdir / "raw"),
-        "FLYWHEEL_WAREHOUSE": str(workdir / "warehouse.duckdb"),
-        "FLYWHEEL_EXPORT_DIR": str(workdir / "exports"),
-    })
+# ------------------------------------------------------------------------------ lakes
 
 
-def _jsonl_files(settings: Settings) -> dict[str, list[Path]]:
+def generator_version() -> str:
+    """A change to the generator invalidates every cached lake."""
+    from dagster_project import synth
+
+    return hashlib.sha256(Path(synth.__file__).read_bytes()).hexdigest()[:12]
+
+
+@dataclass
+class Lake:
+    interactions: int
+    root: Path  # lakes/<key>: raw/, append/, lake.json
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "raw"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "append-journal.json"
+
+
+def prepare_lake(workdir: Path, interactions: int, say) -> Lake:
+    """The cached lake of this size (generated when its marker is missing or differs)."""
+    from dagster_project.synth import generate_lake
+
+    lake = Lake(interactions, workdir / "lakes" / f"{interactions}")
+    wanted = {"interactions": interactions, "seed": SEED, "generator": generator_version(), "bad_cases": False}
+    marker = lake.root / "lake.json"
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
+        restore_append(lake, say)
+        return lake
+    shutil.rmtree(lake.root, ignore_errors=True)
+    lake.root.mkdir(parents=True)
+    say(f"generating a {interactions:,}-interaction lake in {lake.raw} …")
+    started = time.perf_counter()
+    generate_lake(lake.raw, interactions=interactions, seed=SEED, bad_cases=False)
+    marker.write_text(json.dumps(wanted))  # last: an interrupted generation is redone
+    say(f"  generated in {time.perf_counter() - started:.1f} s")
+    return lake
+
+
+def lake_end(raw: Path) -> date:
+    """The newest day any interaction, feedback or outcome file is named after."""
+    days = []
+    for source in APPEND_SOURCES:
+        for path in (raw / source).glob("*.jsonl"):
+            for part in path.stem.split("_"):
+                try:
+                    days.append(date.fromisoformat(part))
+                except ValueError:
+                    pass
+    if not days:
+        raise BenchError(f"{raw}: no interaction, feedback or outcome files named by day; regenerate the lake")
+    return max(days)
+
+
+def _day_named(name: str, day: date) -> str:
+    """``interactions_2026-02-03_ab12cd34.jsonl`` → the same name on ``day``."""
+    parts = name.split("_")
+    for i, part in enumerate(parts):
+        try:
+            date.fromisoformat(part.removesuffix(".jsonl"))
+        except ValueError:
+            continue
+        parts[i] = day.isoformat() + (".jsonl" if part.endswith(".jsonl") else "")
+        return "_".join(parts)
+    raise BenchError(f"{name}: no day in the file name")
+
+
+def prepare_append(lake: Lake, say) -> dict:
+    """The 1% to append, built once: a lake of 1% the interactions generated with another seed
+    (new sessions and ids, sidecars as the generator writes them), its clock squeezed into the
+    day after the lake ends. Returns {relative path: bytes} to append, and counts."""
+    from dagster_project.synth import BASE, generate_lake
+
+    n = max(1, round(lake.interactions * APPEND_SHARE))
+    day = lake_end(lake.raw) + timedelta(days=1)
+    folder = lake.root / "append"
+    marker = folder / "append.json"
+    wanted = {"interactions": n, "seed": APPEND_SEED, "day": day.isoformat(), "generator": generator_version()}
+    ready = folder / "ready"
+    if not (marker.exists() and json.loads(marker.read_text()).get("wanted") == wanted):
+        shutil.rmtree(folder, ignore_errors=True)
+        say(f"generating the 1% to append ({n:,} interactions with their feedback and outcomes, on {day}) …")
+        generate_lake(folder / "generated", interactions=n, seed=APPEND_SEED, bad_cases=False)
+        start = datetime(day.year, day.month, day.day)
+        lines: dict[str, list[str]] = {}
+        for source in APPEND_SOURCES:
+            for path in sorted((folder / "generated" / source).glob("*.jsonl")):
+                rel = f"{source}/{_day_named(path.name, day)}"
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    if not line.strip():
+                        continue
+                    record = json.loads(line)
+                    at = datetime.fromisoformat(record["timestamp"])
+                    record["timestamp"] = (start + (at - BASE) / APPEND_SQUEEZE).isoformat()
+                    lines.setdefault(rel, []).append(json.dumps(record, ensure_ascii=False))
+        for rel, rows in lines.items():
+            target = ready / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        shutil.rmtree(folder / "generated")
+        counts = {source: sum(len(rows) for rel, rows in lines.items() if rel.startswith(source + "/"))
+                  for source in APPEND_SOURCES}
+        marker.write_text(json.dumps({"wanted": wanted, "lines": counts}))
+    counts = json.loads(marker.read_text())["lines"]
+    files = sorted(str(p.relative_to(ready)) for p in ready.rglob("*.jsonl"))
+    return {"interactions": n, "day": day.isoformat(), "lines": counts, "files": files, "ready": ready}
+
+
+def apply_append(lake: Lake, append: dict) -> dict:
+    """Append the prepared lines to the raw lake. The journal (each file's size before, or that it
+    did not exist) is written first, so ``restore_append`` can always undo it."""
+    entries = []
+    for rel in append["files"]:
+        path = lake.raw / rel
+        entries.append({"path": rel, "size": path.stat().st_size if path.exists() else None})
+    tmp = lake.journal.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries))
+    os.replace(tmp, lake.journal)
+    written = 0
+    for rel in append["files"]:
+        data = (append["ready"] / rel).read_bytes()
+        target = lake.raw / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("ab") as fh:
+            fh.write(data)
+        written += len(data)
+    return {"bytes": written, "files": len(append["files"]),
+            "new_files": sum(e["size"] is None for e in entries)}
+
+
+def restore_append(lake: Lake, say=None) -> None:
+    """Undo an append: truncate each file to its size before, remove the files it created."""
+    if not lake.journal.exists():
+        return
+    for entry in json.loads(lake.journal.read_text()):
+        path = lake.raw / entry["path"]
+        if entry["size"] is None:
+            path.unlink(missing_ok=True)
+        elif path.exists():
+            with path.open("r+b") as fh:
+                fh.truncate(entry["size"])
+    lake.journal.unlink()
+    if say:
+        say(f"restored {lake.raw} (the 1% append removed)")
+
+
+# ------------------------------------------------------------------------------ phases (children)
+
+
+def _jsonl_files(settings) -> dict[str, list[Path]]:
     from dagster_project.engine import SQLITE_SUFFIXES, discover
     from dagster_project.sources import load_sources
 
     out = {}
-    for name, spec in load_sources().items():
+    for name, spec in load_sources(settings.sources_file).items():
         files = [real for _, real in discover(spec, settings.raw_dir) if real.suffix not in SQLITE_SUFFIXES]
         if files and spec.format != "sqlite":
             out[name] = files
@@ -47,22 +225,25 @@ def _jsonl_files(settings: Settings) -> dict[str, list[Path]]:
 
 
 def _bare_columns(spec) -> dict[str, str]:
+    from transforms.spec import STORAGE_TYPE
+
     return {f.name: ("VARCHAR" if f.time and f.type == "string" else STORAGE_TYPE[f.type].upper())
             for f in spec.fields}
 
 
-def phase_bare(workdir: Path, parquet: bool) -> dict:
+def phase_bare(settings, parquet: bool) -> dict:
     """read_json(explicit schema, ignore_errors) of every JSONL file into tables (+ Parquet)."""
     import duckdb
 
     from dagster_project.sources import load_sources
 
-    settings = _settings(workdir)
-    db = workdir / "bare.duckdb"
+    work = settings.warehouse.parent
+    db = work / "bare.duckdb"
     db.unlink(missing_ok=True)
-    out_dir = workdir / "bare_parquet"
-    out_dir.mkdir(exist_ok=True)
-    specs = load_sources()
+    out_dir = work / "bare_parquet"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    specs = load_sources(settings.sources_file)
     con = duckdb.connect(str(db))
     rows = 0
     for name, files in _jsonl_files(settings).items():
@@ -70,140 +251,432 @@ def phase_bare(workdir: Path, parquet: bool) -> dict:
             f'create table "{name}" as select * from read_json($files, format = \'newline_delimited\', '
             f"columns = $columns, ignore_errors = true)",
             {"files": [str(f) for f in files], "columns": _bare_columns(specs[name])})
-        rows += con.execute(f'select count(*) from "{name}"').fetchall()[0][0]
+        rows += con.execute(f'select count(*) from "{name}"').fetchone()[0]
         if parquet:
             con.execute(f"copy \"{name}\" to '{out_dir / name}.parquet' (format parquet, compression zstd)")
     con.execute("checkpoint")
     con.close()
-    return {"rows": rows}
+    parquet_bytes = sum(p.stat().st_size for p in out_dir.glob("*.parquet"))
+    db.unlink(missing_ok=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"rows": rows, "parquet_bytes": parquet_bytes if parquet else None}
 
 
-def phase_pipeline(workdir: Path, full_refresh: bool, through: str) -> dict:
-    from dagster_project.pipeline import run_pipeline
-    from dagster_project.sources import builtin_sources
+def phase_pipeline(settings, full_refresh: bool, through: str) -> dict:
+    import dagster as dg
+    from rich.console import Console
 
-    settings = _settings(workdir)
+    from dagster_project.definitions import load_definitions
+    from dagster_project.pipeline import instance, run_pipeline
+    from dagster_project.publishing.snapshot import current_version
+
     selection = None
     if through == "staging":
-        selection = [f"ingest/{n}" for n in builtin_sources()] + [f"staging/{n}" for n in builtin_sources()]
-    result = run_pipeline(settings, full_refresh=full_refresh, selection=selection)
+        graph = load_definitions().resolve_asset_graph()
+        selection = sorted(k.to_user_string() for k in graph.get_all_asset_keys()
+                           if k.path[0] in ("ingest", "staging"))
+    before = current_version(settings.export_dir)
+    progress = Console(file=sys.stderr, width=200, no_color=True, highlight=False)
+    result = run_pipeline(settings, full_refresh=full_refresh, selection=selection, console=progress)
     if not result.success:
-        raise SystemExit(f"pipeline failed: {result.failures}")
-    return {"run_id": result.run_id}
+        raise SystemExit("pipeline failed: " + "; ".join(f"{s}: {m.splitlines()[0] if m else ''}"
+                                                        for s, m in result.failures))
+    steps: dict[str, dict] = {}
+    snapshot = None
+    with instance() as dagster:
+        for record in dagster.all_logs(result.run_id):
+            event = record.dagster_event
+            if event is None:
+                continue
+            kind = event.event_type_value
+            if kind == "STEP_START":
+                steps.setdefault(record.step_key, {})["start"] = record.timestamp
+            elif kind in ("STEP_SUCCESS", "STEP_FAILURE"):
+                steps.setdefault(record.step_key, {})["end"] = record.timestamp
+            elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+                materialization = event.event_specific_data.materialization
+                if materialization.asset_key.to_user_string() == "snapshot":
+                    snapshot = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()
+                                if k in ("status", "version", "bytes_written", "bytes_reused", "files_written",
+                                         "files_reused", "seconds")}
+    step_seconds = {key: round(s["end"] - s["start"], 3) for key, s in steps.items() if "start" in s and "end" in s}
+    out = {"run_id": result.run_id, "mode": result.mode, "steps": step_seconds, "snapshot": snapshot,
+           "current_before": before, "current_after": current_version(settings.export_dir)}
+    if snapshot is not None:
+        out["published"] = published_size(settings.export_dir)
+    return out
 
 
-def append_one_percent(workdir: Path) -> dict:
-    """Append 1% new interaction lines (new ids, one new file per day) — what a day of use adds."""
-    settings = _settings(workdir)
-    files = sorted((settings.raw_dir / "interactions").glob("interactions_*.jsonl"))
-    total = sum(1 for f in files for _ in f.open("rb"))
-    wanted = max(1, total // 100)
-    template = files[0].open("rb").readline().decode()
-    record = json.loads(template)
-    # a new collector file for the day after the lake ends (not in the future: GX would block it)
-    target = settings.raw_dir / "interactions" / "interactions_2026-04-15_bench000.jsonl"
-    with target.open("a", encoding="utf-8") as fh:
-        start = sum(1 for _ in target.open("rb")) if target.exists() else 0
-        for i in range(wanted):
-            record["id"] = f"bench-append-{start + i:09d}"
-            record["timestamp"] = "2026-04-15T00:00:00"
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return {"appended_lines": wanted, "existing_lines": total}
+def published_size(export_dir: Path) -> dict:
+    """The current snapshot's size from its manifest: every dataset's Parquet files (shared and
+    internal), the warehouse file and the manifest itself."""
+    from dagster_project.publishing.snapshot import MANIFEST, current_version, read_manifest, snapshots_dir
+
+    manifest = read_manifest(export_dir) or {}
+    files = [f for d in manifest.get("datasets", {}).values() for f in d["files"]]
+    shared = [f for d in manifest.get("datasets", {}).values() if d.get("kind") != "internal" for f in d["files"]]
+    version = current_version(export_dir)
+    manifest_file = snapshots_dir(export_dir) / version / MANIFEST if version else None
+    return {"version": version, "parquet_bytes": sum(f["bytes"] for f in files),
+            "shared_parquet_bytes": sum(f["bytes"] for f in shared), "files": len(files),
+            "warehouse_bytes": (manifest.get("warehouse") or {}).get("bytes", 0),
+            "manifest_bytes": manifest_file.stat().st_size if manifest_file and manifest_file.exists() else 0}
 
 
-def _child(args: list[str], console: Console | None = None) -> tuple[float, float, dict]:
-    """Run one phase in a fresh interpreter: (seconds, peak RSS MB, its JSON result)."""
-    started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dagster_project.bench", *args],
-                          capture_output=True, text=True, env={**os.environ})
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"bench phase {args} failed:\n{proc.stderr[-4000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if console is not None:
-        console.print(f"    {seconds:.2f} s, peak RSS {result['peak_rss_mb']:,.0f} MB")
-    return seconds, result["peak_rss_mb"], result
-
-
-def run_bench(workdir: Path, *, interactions: int, console: Console | None = None) -> dict:
-    console = console or Console()
-    workdir = workdir.resolve()
-    settings = _settings(workdir)
-    marker = workdir / "lake.json"
-    wanted = {"interactions": interactions, "seed": 7}
-    if not marker.exists() or json.loads(marker.read_text()) != wanted:
-        import shutil
-
-        from dagster_project.synth import generate_lake
-
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-        console.print(f"generating a {interactions:,}-interaction lake in {settings.raw_dir} …")
-        t = time.perf_counter()
-        generate_lake(settings.raw_dir, interactions=interactions, seed=7, bad_cases=False)
-        console.print(f"  generated in {time.perf_counter() - t:.1f} s")
-        marker.write_text(json.dumps(wanted))
-    # A fresh copy of the appended file each bench run keeps runs comparable.
-    (settings.raw_dir / "interactions" / "interactions_2026-04-15_bench000.jsonl").unlink(missing_ok=True)
-    jsonl = _jsonl_files(settings)
-    nbytes = sum(f.stat().st_size for fs in jsonl.values() for f in fs)
-    nlines = sum(1 for fs in jsonl.values() for f in fs for _ in f.open("rb"))
-    console.print(f"lake: {nbytes / 1e6:,.1f} MB of JSONL in {sum(map(len, jsonl.values())):,} files, "
-                  f"{nlines:,} lines")
-
-    figures = {}
-    console.print("(b) bare read_json …")
-    figures["b"] = _child(["_bare", str(workdir)], console)
-    console.print("(a) flywheel run --full-refresh through staging …")
-    figures["a"] = _child(["_pipeline", str(workdir), "full", "staging"], console)
-    appended = append_one_percent(workdir)
-    console.print(f"(c) incremental run after appending {appended['appended_lines']:,} lines …")
-    figures["c"] = _child(["_pipeline", str(workdir), "incremental", "staging"], console)
-    console.print("(e) bare read_json + COPY TO parquet …")
-    figures["e"] = _child(["_bare_parquet", str(workdir)], console)
-    console.print("(d) whole pipeline through exports (full refresh) …")
-    figures["d"] = _child(["_pipeline", str(workdir), "full", "all"], console)
-
-    table = Table(title=f"Flywheel Lake benchmark — {nlines:,} lines, {nbytes / 1e6:,.0f} MB JSONL "
-                        f"({os.cpu_count()} cores)")
-    for col in ("measurement", "seconds", "MB/s", "lines/s", "peak RSS MB"):
-        table.add_column(col, justify="left" if col == "measurement" else "right")
-    labels = {
-        "a": "(a) flywheel run --full-refresh → staging",
-        "b": "(b) bare read_json (lossy lower bound)",
-        "c": "(c) incremental run, +1% lines",
-        "d": "(d) whole pipeline → exports",
-        "e": "(e) bare read_json + COPY TO parquet",
-    }
-    for key in "abcde":
-        seconds, rss, _ = figures[key]
-        table.add_row(labels[key], f"{seconds:.2f}", f"{nbytes / 1e6 / seconds:,.0f}",
-                      f"{nlines / seconds:,.0f}", f"{rss:,.0f}")
-    console.print(table)
-    ratios = {
-        "a/b (target ≤ 1.5)": figures["a"][0] / figures["b"][0],
-        "c/a (target ≤ 0.05)": figures["c"][0] / figures["a"][0],
-        "d/e (target ≤ 2.5)": figures["d"][0] / figures["e"][0],
-    }
-    for name, value in ratios.items():
-        console.print(f"{name}: {value:.3f}")
-    console.print(f"peak RSS max: {max(f[1] for f in figures.values()):,.0f} MB (target ≤ 4096)")
-    return {"figures": {k: {"seconds": v[0], "peak_rss_mb": v[1]} for k, v in figures.items()},
-            "ratios": ratios, "bytes": nbytes, "lines": nlines}
+def _io() -> dict:
+    """Bytes this process asked the kernel to write (wchar) and that reached storage (write_bytes)."""
+    try:
+        fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+        return {"wchar": int(fields["wchar"]), "write_bytes": int(fields["write_bytes"])}
+    except (OSError, KeyError, ValueError):
+        return {}
 
 
 def _main(argv: list[str]) -> None:
-    phase, workdir = argv[0], Path(argv[1])
-    if phase == "_bare":
-        result = phase_bare(workdir, parquet=False)
-    elif phase == "_bare_parquet":
-        result = phase_bare(workdir, parquet=True)
-    elif phase == "_pipeline":
-        result = phase_pipeline(workdir, full_refresh=argv[2] == "full", through=argv[3])
+    started = time.perf_counter()
+    phase, out_file = argv[0], Path(argv[1])
+    if phase == "startup":
+        import dagster_project.definitions  # noqa: F401  (what every run pays before its first step)
+
+        result: dict = {}
     else:
-        raise SystemExit(f"unknown phase {phase}")
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps(result))
+        from dagster_project.settings import Settings
+
+        settings = Settings.from_env()
+        if phase in ("bare", "bare_copy"):
+            result = phase_bare(settings, parquet=phase == "bare_copy")
+        elif phase == "full_staging":
+            result = phase_pipeline(settings, full_refresh=True, through="staging")
+        elif phase == "full_exports":
+            result = phase_pipeline(settings, full_refresh=True, through="exports")
+        elif phase in ("noop", "incremental"):
+            result = phase_pipeline(settings, full_refresh=False, through="exports")
+        else:
+            raise SystemExit(f"unknown bench phase {phase!r}")
+    result["inner_seconds"] = round(time.perf_counter() - started, 3)
+    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    result["io"] = _io()
+    out_file.write_text(json.dumps(result, default=str))
+
+
+# ------------------------------------------------------------------------------ the parent
+
+
+def _run_dir(workdir: Path, lake: Lake) -> Path:
+    return workdir / "runs" / str(lake.interactions)
+
+
+def _env(run_dir: Path, lake: Lake, as_of: date) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLYWHEEL_")}
+    env.update({
+        "FLYWHEEL_RAW_DIR": str(lake.raw),
+        "FLYWHEEL_WAREHOUSE": str(run_dir / "warehouse.duckdb"),
+        "FLYWHEEL_EXPORT_DIR": str(run_dir / "exports"),
+        # Fixed, so retention and signal decay keep every mart populated whatever today's date.
+        "FLYWHEEL_AS_OF": as_of.isoformat(),
+        "FLYWHEEL_PSEUDONYM_KEY": PSEUDONYM_KEY,
+        # A history of its own (SQLite event log, as `flywheel run` under make): per-step seconds.
+        "DAGSTER_HOME": str(run_dir / "dagster_home"),
+        "DAGSTER_DISABLE_TELEMETRY": "yes",
+        "GX_ANALYTICS_ENABLED": "false",
+        "PYTHONUNBUFFERED": "1",
+    })
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _fresh_state(run_dir: Path) -> None:
+    """Nothing ingested or published yet: the next run reads every raw file."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    (run_dir / "dagster_home").mkdir(parents=True)
+    (run_dir / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+
+
+def run_phase(phase: str, env: dict[str, str], run_dir: Path, echo) -> dict:
+    """One phase in a fresh interpreter, its output streamed as progress: its figures, with the
+    wall seconds of the whole process."""
+    out_file = run_dir / f".phase-{phase}.json"
+    out_file.unlink(missing_ok=True)
+    tail: deque[str] = deque(maxlen=30)
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "dagster_project.bench", phase, str(out_file)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        tail.append(line)
+        echo(line)
+    code = proc.wait()
+    seconds = time.perf_counter() - started
+    if code != 0 or not out_file.exists():
+        last = next((line for line in reversed(tail) if line.strip()), "no output")
+        raise BenchError(f"bench phase {phase} failed (exit {code}) in {run_dir}: {last}")
+    result = json.loads(out_file.read_text())
+    out_file.unlink()
+    result["seconds"] = round(seconds, 3)
+    return result
+
+
+def _lake_size(lake: Lake) -> dict:
+    from dagster_project.settings import Settings
+
+    settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(lake.raw)})
+    jsonl = _jsonl_files(settings)
+    files = [f for fs in jsonl.values() for f in fs]
+    lines = 0
+    for f in files:
+        with f.open("rb") as fh:
+            lines += sum(buf.count(b"\n") for buf in iter(lambda: fh.read(1 << 20), b""))
+    return {"interactions": lake.interactions, "jsonl_files": len(files), "jsonl_lines": lines,
+            "jsonl_bytes": sum(f.stat().st_size for f in files),
+            "raw_bytes": sum(p.stat().st_size for p in lake.raw.rglob("*") if p.is_file())}
+
+
+def _top_steps(result: dict, n: int = 8) -> list[list]:
+    steps = sorted(result.get("steps", {}).items(), key=lambda kv: -kv[1])[:n]
+    return [[step.replace("__", "/"), seconds] for step, seconds in steps]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def evaluate(main: dict, marginal: dict[int, dict], sizes: list[int], main_n: int) -> tuple[dict, list[dict]]:
+    """The derived figures and each target: value, limit, whether it holds."""
+    t = {phase: main[phase]["seconds"] for phase in MAIN_PHASES}
+    figures: dict = {}
+    targets: list[dict] = []
+
+    def target(name: str, value, limit, holds, detail: str) -> None:
+        targets.append({"target": name, "value": value, "limit": limit, "holds": holds, "detail": detail})
+
+    inc_extra, full_extra = t["incremental"] - t["noop"], t["full_exports"] - t["noop"]
+    figures["incremental_share"] = _ratio(inc_extra, full_extra)
+    target("incremental ∝ new data: (t_incremental − t_noop) / (t_full − t_noop)", figures["incremental_share"],
+           0.05, figures["incremental_share"] is not None and figures["incremental_share"] <= 0.05,
+           f"({t['incremental']:.2f} − {t['noop']:.2f}) / ({t['full_exports']:.2f} − {t['noop']:.2f}) s")
+
+    snap = main["incremental"].get("snapshot") or {}
+    pub = main["incremental"].get("published") or {}
+    written = snap.get("bytes_written")
+    constant = (pub.get("warehouse_bytes") or 0) + (pub.get("manifest_bytes") or 0)
+    figures["bytes_written"] = written
+    figures["bytes_written_total"] = None if written is None else written + constant
+    figures["published_bytes"] = pub.get("parquet_bytes")
+    figures["bytes_constant"] = constant
+    figures["bytes_share"] = _ratio(written, pub.get("parquet_bytes"))
+    target("incremental writes ≤ 5% of published data + warehouse and manifest", figures["bytes_share"], 0.05,
+           figures["bytes_share"] is not None and figures["bytes_share"] <= 0.05,
+           f"{(written or 0) / 1e6:,.2f} MB new Parquet of {(pub.get('parquet_bytes') or 0) / 1e6:,.2f} MB "
+           f"published, + {constant / 1e6:,.2f} MB warehouse file and manifest")
+
+    figures["noop_beyond_startup"] = t["noop"] - t["startup"]
+    noop = main["noop"]
+    figures["noop_published_nothing"] = (
+        (noop.get("snapshot") or {}).get("status") == "unchanged" and noop.get("current_before") == noop.get("current_after"))
+    target("no-op publishes nothing", figures["noop_published_nothing"], True, figures["noop_published_nothing"],
+           f"snapshot status {(noop.get('snapshot') or {}).get('status')}")
+    target("no-op ≤ 5 s beyond start-up", round(figures["noop_beyond_startup"], 3), 5.0,
+           figures["noop_beyond_startup"] <= 5.0, f"{t['noop']:.2f} − {t['startup']:.2f} s")
+    figures["incremental_published"] = (snap.get("status") == "published" and (snap.get("bytes_written") or 0) > 0)
+
+    peak = max(main[p]["peak_rss_mb"] for p in MAIN_PHASES)
+    figures["peak_rss_mb"] = peak
+    target(f"peak RSS ≤ 4 GB at {main_n:,}", peak, 4096, peak <= 4096, "max over the main lake's phases (MB)")
+
+    n1, n2 = sizes
+    m = {}
+    for phase in MARGINAL_PHASES:
+        dt = marginal[n2][phase]["seconds"] - marginal[n1][phase]["seconds"]
+        m[phase] = {"seconds_per_interaction": dt / (n2 - n1), "microseconds_per_interaction": dt / (n2 - n1) * 1e6,
+                    "seconds": {str(n1): marginal[n1][phase]["seconds"], str(n2): marginal[n2][phase]["seconds"]}}
+    figures["marginal"] = m
+    for through, base, limit in (("full_staging", "bare", 1.5), ("full_exports", "bare_copy", 2.5)):
+        ratio = _ratio(m[through]["seconds_per_interaction"], m[base]["seconds_per_interaction"])
+        figures[f"marginal_{through}_vs_{base}"] = ratio
+        target(f"marginal {LABELS[through]} / {LABELS[base]}", ratio, limit, ratio is not None and 0 < ratio <= limit,
+               f"{m[through]['microseconds_per_interaction']:.1f} vs {m[base]['microseconds_per_interaction']:.1f} "
+               f"µs per extra interaction ({n1:,} → {n2:,})")
+
+    # Sub-linear: RSS grows by a smaller factor than the lake (exponent < 1 between sizes).
+    points = sorted({n1: marginal[n1]["full_exports"]["peak_rss_mb"], n2: marginal[n2]["full_exports"]["peak_rss_mb"],
+                     main_n: main["full_exports"]["peak_rss_mb"]}.items())
+    exponents = [math.log(r2 / r1) / math.log(s2 / s1) for (s1, r1), (s2, r2) in zip(points, points[1:])]
+    figures["rss_full_exports_mb"] = {str(n): r for n, r in points}
+    figures["rss_growth_exponents"] = exponents
+    target("peak RSS grows sub-linearly (full refresh → exports)", max(exponents) if exponents else None, 1.0,
+           bool(exponents) and max(exponents) < 1.0,
+           ", ".join(f"{n:,}: {r:,.0f} MB" for n, r in points) + " (log-log slope between sizes)")
+    return figures, targets
+
+
+def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[int, int] = (200_000, 400_000),
+              quick: bool = False, json_path: Path | None = None, console=None, echo_steps: bool = True) -> dict:
+    """Measure every figure of issue 10 in one run; print tables; write ``json_path`` if given."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    n1, n2 = sorted(marginal)
+    if not 0 < n1 < n2:
+        raise BenchError(f"--marginal {n1},{n2}: give two different sizes above 0, e.g. --marginal 200000,400000")
+    if quick:
+        interactions = n2
+    if interactions < 1:
+        raise BenchError(f"--interactions {interactions}: give a size above 0, e.g. --interactions 1000000")
+    workdir = Path(os.path.abspath(workdir))
+    workdir.mkdir(parents=True, exist_ok=True)
+    say = lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    echo = (lambda line: say("    │ " + line)) if echo_steps else (lambda line: None)
+    began = time.perf_counter()
+
+    sizes = sorted({interactions, n1, n2})
+    lakes = {n: prepare_lake(workdir, n, say) for n in sizes}
+    main_lake = lakes[interactions]
+    append = prepare_append(main_lake, say)
+    # One run date for every phase: the day after the appended day.
+    as_of = lake_end(main_lake.raw) + timedelta(days=2)
+    lake_sizes = {str(n): _lake_size(lake) for n, lake in lakes.items()}
+    for n in sizes:
+        s = lake_sizes[str(n)]
+        say(f"lake {n:,}: {s['jsonl_bytes'] / 1e6:,.1f} MB of JSONL in {s['jsonl_files']:,} files, "
+            f"{s['jsonl_lines']:,} lines ({s['raw_bytes'] / 1e6:,.1f} MB raw with SQLite)")
+
+    results: dict[int, dict] = {n: {} for n in sizes}
+
+    def measure(n: int, phase: str, fresh: bool = False) -> dict:
+        run_dir = _run_dir(workdir, lakes[n])
+        if fresh or not run_dir.exists():
+            _fresh_state(run_dir)
+        say(f"[{n:,}] {LABELS[phase]} …")
+        result = run_phase(phase, _env(run_dir, lakes[n], as_of), run_dir, echo)
+        say(f"[{n:,}] {LABELS[phase]}: {result['seconds']:.2f} s, peak RSS {result['peak_rss_mb']:,.0f} MB")
+        results[n][phase] = result
+        return result
+
+    measure(interactions, "startup")
+    for n in sizes:  # the marginal sizes first: the smaller lakes' figures come early
+        if n == interactions:
+            continue
+        for phase in MARGINAL_PHASES:
+            measure(n, phase, fresh=phase.startswith("full"))
+    for phase in MARGINAL_PHASES:
+        measure(interactions, phase, fresh=phase.startswith("full"))
+    measure(interactions, "noop")
+    applied = apply_append(main_lake, append)
+    try:
+        say(f"appended {sum(append['lines'].values()):,} lines ({append['lines']}) in {applied['files']:,} files "
+            f"dated {append['day']}, {applied['bytes'] / 1e6:,.2f} MB")
+        measure(interactions, "incremental")
+    finally:
+        restore_append(main_lake, say)
+
+    main = results[interactions]
+    figures, targets = evaluate(main, results, [n1, n2], interactions)
+    report = {
+        "format": 1,
+        "measured_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "duckdb": _version("duckdb"),
+                    "dagster": _version("dagster"), "load_average": list(os.getloadavg())},
+        "settings": {"interactions": interactions, "marginal": [n1, n2], "quick": quick, "seed": SEED,
+                     "as_of": as_of.isoformat(), "workdir": str(workdir)},
+        "lakes": lake_sizes,
+        "append": {"interactions": append["interactions"], "day": append["day"], "lines": append["lines"],
+                   "lines_total": sum(append["lines"].values()), "bytes": applied["bytes"],
+                   "files": applied["files"], "new_files": applied["new_files"],
+                   "share_of_lake_lines": sum(append["lines"].values()) / lake_sizes[str(interactions)]["jsonl_lines"]},
+        "phases": {str(n): {p: _phase_summary(r) for p, r in results[n].items()} for n in sizes},
+        "steps": {p: _top_steps(main[p], n=1000) for p in ("noop", "incremental", "full_exports")},
+        "figures": figures,
+        "targets": targets,
+        "bench_seconds": round(time.perf_counter() - began, 1),
+    }
+    _print(console, report, Table)
+    if json_path is not None:
+        json_path = Path(json_path)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str) + "\n")
+        say(f"figures written to {json_path}")
+    return report
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def _phase_summary(result: dict) -> dict:
+    keep = ("seconds", "inner_seconds", "peak_rss_mb", "io", "rows", "parquet_bytes", "run_id", "mode",
+            "snapshot", "published", "current_before", "current_after")
+    out = {k: result[k] for k in keep if k in result}
+    if "steps" in result:
+        out["steps_seconds"] = round(sum(result["steps"].values()), 3)
+        out["steps"] = len(result["steps"])
+    return out
+
+
+def _print(console, report: dict, Table) -> None:
+    main_n = report["settings"]["interactions"]
+    size = report["lakes"][str(main_n)]
+    mb, lines = size["jsonl_bytes"] / 1e6, size["jsonl_lines"]
+    table = Table(title=f"Flywheel Lake benchmark: {main_n:,} interactions, {lines:,} JSONL lines, {mb:,.0f} MB "
+                        f"({report['machine']['cpus']} cores, load {report['machine']['load_average'][0]:.1f})")
+    for col in ("phase", "seconds", "MB/s", "lines/s", "peak RSS MB", "written MB"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    main = report["phases"][str(main_n)]
+    for phase in MAIN_PHASES:
+        r = main[phase]
+        reads = phase not in ("startup", "noop", "incremental")
+        table.add_row(LABELS[phase], f"{r['seconds']:.2f}", f"{mb / r['seconds']:,.0f}" if reads else "",
+                      f"{lines / r['seconds']:,.0f}" if reads else "", f"{r['peak_rss_mb']:,.0f}",
+                      f"{r['io']['wchar'] / 1e6:,.1f}" if r.get("io") else "")
+    console.print(table)
+
+    f = report["figures"]
+    n1, n2 = report["settings"]["marginal"]
+    mt = Table(title=f"Marginal cost per extra interaction ({n1:,} → {n2:,})")
+    for col in ("phase", f"s at {n1:,}", f"s at {n2:,}", "µs / interaction", f"peak RSS MB at {n2:,}"):
+        mt.add_column(col, justify="left" if col == "phase" else "right")
+    for phase in MARGINAL_PHASES:
+        m = f["marginal"][phase]
+        mt.add_row(LABELS[phase], f"{m['seconds'][str(n1)]:.2f}", f"{m['seconds'][str(n2)]:.2f}",
+                   f"{m['microseconds_per_interaction']:.1f}", f"{report['phases'][str(n2)][phase]['peak_rss_mb']:,.0f}")
+    console.print(mt)
+
+    inc = main["incremental"]
+    snap, pub = inc.get("snapshot") or {}, inc.get("published") or {}
+    console.print(f"incremental: {report['append']['lines_total']:,} lines appended "
+                  f"({report['append']['share_of_lake_lines']:.2%} of the lake's lines) → snapshot "
+                  f"{snap.get('status')} {snap.get('version') or ''}: {snap.get('files_written', 0):,} files / "
+                  f"{(snap.get('bytes_written') or 0) / 1e6:,.2f} MB written, {snap.get('files_reused', 0):,} files / "
+                  f"{(snap.get('bytes_reused') or 0) / 1e6:,.2f} MB reused; published data "
+                  f"{(pub.get('parquet_bytes') or 0) / 1e6:,.2f} MB Parquet + warehouse "
+                  f"{(pub.get('warehouse_bytes') or 0) / 1e6:,.2f} MB + manifest {(pub.get('manifest_bytes') or 0) / 1e3:,.1f} kB",
+                  highlight=False, soft_wrap=True)
+
+    for phase in ("noop", "incremental"):
+        r = main[phase]
+        st = Table(title=f"Where the time goes: {LABELS[phase]} ({r['seconds']:.2f} s wall, "
+                         f"{r.get('steps_seconds', 0):.2f} s in {r.get('steps', 0)} steps)")
+        st.add_column("step")
+        st.add_column("seconds", justify="right")
+        for step, seconds in report["steps"][phase][:8]:
+            st.add_row(step, f"{seconds:.2f}")
+        console.print(st)
+
+    tt = Table(title="Issue 10 targets")
+    for col in ("target", "value", "limit", "holds", "detail"):
+        tt.add_column(col, justify="right" if col in ("value", "limit") else "left")
+    for t in report["targets"]:
+        value = t["value"]
+        text = "" if value is None else (str(value) if isinstance(value, bool) else f"{value:,.3f}")
+        tt.add_row(t["target"], text, str(t["limit"]), "[green]yes[/]" if t["holds"] else "[red]no[/]", t["detail"])
+    console.print(tt)
 
 
 if __name__ == "__main__":

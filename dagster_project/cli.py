@@ -383,13 +383,30 @@ def eval_(
 
 @app.command()
 def bench(
-    interactions: Annotated[int, typer.Option(help="Interaction lines in the generated lake.")] = 1_000_000,
-    workdir: Annotated[Path, typer.Option(help="Where to generate the lake and run.")] = Path("data/bench"),
+    interactions: Annotated[int, typer.Option(help="Interactions in the main lake (no-op, incremental, RSS).")] = 1_000_000,
+    marginal: Annotated[str, typer.Option(help="Two lake sizes N,2N for the marginal cost per interaction.")] = "200000,400000",
+    workdir: Annotated[Path, typer.Option(help="Where lakes are generated (cached) and runs write.")] = Path("data/bench"),
+    quick: Annotated[bool, typer.Option("--quick", help="Use the larger marginal lake as the main lake (no 1M lake).")] = False,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every figure to this JSON file.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only a line per phase, not each step of the runs.")] = False,
 ) -> None:
-    """Benchmark the pipeline against bare DuckDB read_json on the same files."""
-    from dagster_project.bench import run_bench
+    """Issue 10's targets side by side: bare read_json (+ COPY), full refresh (staging, exports),
+    no-op, incremental after +1%, bytes written, peak RSS; marginal costs at N and 2N."""
+    from dagster_project.bench import BenchError, run_bench
 
-    run_bench(workdir, interactions=interactions, console=out)
+    try:
+        sizes = tuple(int(x.replace("_", "")) for x in marginal.split(","))
+    except ValueError:
+        sizes = ()
+    if len(sizes) != 2 or not 0 < min(sizes) < max(sizes):
+        fail(f"--marginal {marginal}: give two different sizes above 0, N,2N, e.g. --marginal 200000,400000")
+    if interactions < 1:
+        fail(f"--interactions {interactions}: give a size above 0, e.g. --interactions 1000000")
+    try:
+        run_bench(workdir, interactions=interactions, marginal=sizes, quick=quick, json_path=json_file,
+                  console=out, echo_steps=not quiet)
+    except BenchError as exc:
+        fail(str(exc), 1)
 
 
 def main() -> None:  # pragma: no cover

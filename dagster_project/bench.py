@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -36,7 +37,11 @@ from pathlib import Path
 SEED = 7
 APPEND_SEED = 1_000_003  # another seed: new sessions and new ids
 APPEND_SHARE = 0.01
-APPEND_SOURCES = ("interactions", "feedback", "outcomes")  # what the collector writes together
+# What the collector writes together, as the generator names it (the sources' default globs; the
+# deprecated logger's ``interactions/<day>_interactions.jsonl`` is another source).
+APPEND_SOURCES = {"interactions": "interactions_*.jsonl", "feedback": "*_feedback.jsonl",
+                  "outcomes": "*_outcomes.jsonl"}
+DAY = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})(?!\d)")
 # The generated lake spans about 60 days; squeezing its clock by 64 puts a whole generated lake
 # (interactions, then feedback and outcomes minutes to hours later) inside one day, in order.
 APPEND_SQUEEZE = 64
@@ -104,14 +109,8 @@ def prepare_lake(workdir: Path, interactions: int, say) -> Lake:
 
 def lake_end(raw: Path) -> date:
     """The newest day any interaction, feedback or outcome file is named after."""
-    days = []
-    for source in APPEND_SOURCES:
-        for path in (raw / source).glob("*.jsonl"):
-            for part in path.stem.split("_"):
-                try:
-                    days.append(date.fromisoformat(part))
-                except ValueError:
-                    pass
+    days = [date.fromisoformat(m.group(1)) for source, pattern in APPEND_SOURCES.items()
+            for path in (raw / source).glob(pattern) if (m := DAY.search(path.name))]
     if not days:
         raise BenchError(f"{raw}: no interaction, feedback or outcome files named by day; regenerate the lake")
     return max(days)
@@ -119,15 +118,9 @@ def lake_end(raw: Path) -> date:
 
 def _day_named(name: str, day: date) -> str:
     """``interactions_2026-02-03_ab12cd34.jsonl`` → the same name on ``day``."""
-    parts = name.split("_")
-    for i, part in enumerate(parts):
-        try:
-            date.fromisoformat(part.removesuffix(".jsonl"))
-        except ValueError:
-            continue
-        parts[i] = day.isoformat() + (".jsonl" if part.endswith(".jsonl") else "")
-        return "_".join(parts)
-    raise BenchError(f"{name}: no day in the file name")
+    if not DAY.search(name):
+        raise BenchError(f"{name}: no day (YYYY-MM-DD) in the file name")
+    return DAY.sub(day.isoformat(), name, count=1)
 
 
 def prepare_append(lake: Lake, say) -> dict:
@@ -148,8 +141,8 @@ def prepare_append(lake: Lake, say) -> dict:
         generate_lake(folder / "generated", interactions=n, seed=APPEND_SEED, bad_cases=False)
         start = datetime(day.year, day.month, day.day)
         lines: dict[str, list[str]] = {}
-        for source in APPEND_SOURCES:
-            for path in sorted((folder / "generated" / source).glob("*.jsonl")):
+        for source, pattern in APPEND_SOURCES.items():
+            for path in sorted((folder / "generated" / source).glob(pattern)):
                 rel = f"{source}/{_day_named(path.name, day)}"
                 for line in path.read_text(encoding="utf-8").splitlines():
                     if not line.strip():

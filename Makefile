@@ -41,8 +41,10 @@ test-fast: install  ## the test suite without the tests marked slow (for develop
 ui: install  ## the Dagster UI on http://127.0.0.1:3000
 	$(BIN)/dg dev --host 127.0.0.1 --port 3000
 
-bench: install  ## benchmark on a generated 1,000,000-interaction lake
-	$(BIN)/flywheel bench
+# BENCH_ARGS: e.g. `make bench BENCH_ARGS="--quick --marginal 20000,40000"`; every figure lands in
+# data/bench/bench.json (the README's table is made from it).
+bench: install  ## issue 10's targets side by side on a generated 1,000,000-interaction lake
+	$(BIN)/flywheel bench --json data/bench/bench.json $(BENCH_ARGS)
 
 check: install  ## Dagster definitions load
 	$(BIN)/dg check defs

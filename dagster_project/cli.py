@@ -387,6 +387,7 @@ def bench(
     marginal: Annotated[str, typer.Option(help="Two lake sizes N,2N for the marginal cost per interaction.")] = "200000,400000",
     workdir: Annotated[Path, typer.Option(help="Where lakes are generated (cached) and runs write.")] = Path("data/bench"),
     quick: Annotated[bool, typer.Option("--quick", help="Use the larger marginal lake as the main lake (no 1M lake).")] = False,
+    repeat: Annotated[int, typer.Option(help="Run each phase (but the incremental run) this many times; keep the fastest.")] = 1,
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every figure to this JSON file.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only a line per phase, not each step of the runs.")] = False,
 ) -> None:
@@ -402,8 +403,10 @@ def bench(
         fail(f"--marginal {marginal}: give two different sizes above 0, N,2N, e.g. --marginal 200000,400000")
     if interactions < 1:
         fail(f"--interactions {interactions}: give a size above 0, e.g. --interactions 1000000")
+    if repeat < 1:
+        fail(f"--repeat {repeat}: give 1 or more, e.g. --repeat 3")
     try:
-        run_bench(workdir, interactions=interactions, marginal=sizes, quick=quick, json_path=json_file,
+        run_bench(workdir, interactions=interactions, marginal=sizes, quick=quick, repeat=repeat, json_path=json_file,
                   console=out, echo_steps=not quiet)
     except BenchError as exc:
         fail(str(exc), 1)

@@ -163,6 +163,26 @@ def test_the_old_single_lake_layout_is_removed(tmp_path):
     assert (tmp_path / "lakes").is_dir()
 
 
+def test_each_phase_is_its_own_process_and_repeats_keep_the_fastest(small_lake, tmp_path):
+    run_dir = tmp_path / "run"
+    env = bench._env(run_dir, small_lake, bench.lake_end(small_lake.raw) + timedelta(days=2))
+    lines = []
+    startup = bench.measure_phase("startup", env, run_dir, lines.append, fresh=True, repeat=2)
+    assert len(startup["samples"]) == 2 and startup["seconds"] == min(startup["samples"])
+    assert len(startup["loads_before"]) == 2 and 0 < startup["inner_seconds"] < startup["seconds"]
+    assert startup["peak_rss_mb"] > 20
+    bare = bench.measure_phase("bare_copy", env, run_dir, lines.append, fresh=True)
+    expected = sum(1 for name in ("interactions", "feedback", "outcomes", "signals")
+                   for f in small_lake.raw.glob(f"{name}/*.jsonl") for line in f.read_bytes().splitlines()
+                   if line.strip())
+    assert bare["rows"] >= expected and bare["parquet_bytes"] > 0 and bare["samples"] == [bare["seconds"]]
+    # the bare phases clean up after themselves; nothing of the lake changes
+    assert sorted(p.name for p in run_dir.iterdir()) == ["dagster_home"]
+    with pytest.raises(bench.BenchError, match="bench phase nosuch failed"):
+        bench.measure_phase("nosuch", env, run_dir, lines.append, fresh=False)
+    assert any("unknown bench phase" in line for line in lines)
+
+
 def test_bad_marginal_sizes_are_one_line_with_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dagster_project.cli", "bench", "--marginal", "400000",
                            "--workdir", str(tmp_path)], capture_output=True, text=True, cwd=PROJECT,
@@ -170,6 +190,10 @@ def test_bad_marginal_sizes_are_one_line_with_exit_2(tmp_path):
     assert proc.returncode == 2
     assert "--marginal 400000: give two different sizes" in proc.stderr
     assert not any(tmp_path.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "dagster_project.cli", "bench", "--repeat", "0",
+                           "--workdir", str(tmp_path)], capture_output=True, text=True, cwd=PROJECT,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2 and "--repeat 0: give 1 or more" in proc.stderr
 
 
 @pytest.mark.slow

@@ -97,6 +97,15 @@ GOOD = {"id": '"r1"', "kind": '"a"', "n": "3", "x": "1.5", "w": "0.5", "ok": "tr
         "at_utc": '"2026-02-26T14:03:12Z"', "at_off": '"2026-02-26T14:03:12+01:00"', "ms": "1772114592000"}
 
 
+def fitting(key: str):
+    """Values of the right JSON kind for the field, so its value rules (not its type) decide."""
+    if key.startswith("at"):
+        return st.sampled_from(TIMES).map(_string)
+    if key == "ms":
+        return st.sampled_from(["-62135596800001", "0", "253402300799999", "253402300800000", "1e3"])
+    return st.sampled_from(STRINGS).map(_string)
+
+
 @st.composite
 def lines(draw) -> str:
     """A line: mostly a record close to valid (so each rule is reached), sometimes not JSON."""
@@ -110,7 +119,7 @@ def lines(draw) -> str:
     for key in KEYS:
         how = draw(st.sampled_from(["missing", "value", "value", "duplicate"])) if key in touched else "good"
         if how != "missing":
-            pairs.append((key, GOOD[key] if how == "good" else draw(values())))
+            pairs.append((key, GOOD[key] if how == "good" else draw(st.one_of(values(), fitting(key)))))
         if how == "duplicate":
             pairs.append((key, draw(st.sampled_from([GOOD[key], draw(values())]))))
     for _ in range(draw(st.integers(0, 2)) if draw(st.integers(0, 3)) == 0 else 0):

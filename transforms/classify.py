@@ -6,9 +6,11 @@ fields; identifiers come from the (code-reviewed) spec and are quoted, while eve
 can override (enums, bounds, time zones, key lists) is a bound parameter.
 
 Why not ``read_json``/``json_transform``: they coerce (``"yes"`` → true, ``1.5`` → 2) or drop bad
-lines silently. Here each field's raw JSON text is extracted once, its JSON kind is read from its
-first character (the document is already known to be valid JSON), and only values of the right
-kind are cast. DuckDB's ``json_valid`` is lenient (NaN, Infinity, trailing commas), so lines that
+lines silently. Here each field's raw JSON text is extracted once (one ``json_extract`` over the
+line, whose failure is also what says the line is not valid JSON), its JSON kind is read from its
+first character, and only values of the right kind are cast. A good line passes one membership
+test per field (``_field_ok``) and skips the rule ``case``, which only bad lines walk to find
+their first failing rule. DuckDB's ``json_valid`` is lenient (NaN, Infinity, trailing commas), so lines that
 might use those extensions are flagged by a regular expression and settled by Python's strict
 parser afterwards (``strict_verdict``); they are rare, so that stays off the hot path.
 """

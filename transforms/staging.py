@@ -21,7 +21,6 @@ import duckdb
 
 from transforms.classify import q
 from transforms.spec import SourceSpec
-from transforms.sqlfiles import table_columns
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
               ("ingest_run_id", "varchar"), ("observed_seq", "bigint"), ("deleted_at_source", "timestamptz")]
@@ -124,7 +123,7 @@ def refresh_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec, *, run_id:
     state = _state(con, spec)
     mark = con.execute(f"select raw_epoch, code_key, applied_seq, drop_now from {WATERMARKS} "
                        "where table_name = ?", [table]).fetchone()
-    reason = _why_rebuild(con, spec, state, mark, now)
+    reason = _why_rebuild(state, mark, now)
     if reason:
         return _full(con, spec, run_id=run_id, now=now, drop=drop, state=state, reason=reason)
     return _incremental(con, spec, run_id=run_id, now=now, drop=drop, state=state, since=mark[2])
@@ -153,28 +152,44 @@ class _State:
     epoch: str | None  # raw.<source>'s epoch in lineage.table_versions
     applied_seq: int | None  # the last bronze entry applied to raw
     code_key: str
+    has_staging: bool
+    has_excluded: bool
+
+
+def _catalog(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, dict[str, str]]:
+    """``{schema.table: {column: type}}`` of those of ``tables`` that exist, in one query."""
+    out: dict[str, dict[str, str]] = {}
+    for table, column, kind in con.execute(
+            "select schema_name || '.' || table_name, column_name, data_type from duckdb_columns() "
+            "where database_name = current_database() and schema_name || '.' || table_name in "
+            "(select unnest(?::varchar[])) order by all", [tables]).fetchall():
+        out.setdefault(table, {})[column] = kind
+    return out
 
 
 def _state(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> _State:
+    tables = _catalog(con, ["lineage.table_versions", "ingest.bronze_applied", f"raw.{spec.name}",
+                            f"staging.{spec.name}", f"lineage.staging_excluded_{spec.name}"])
     epoch = None
-    if table_columns(con, "lineage.table_versions") is not None:
+    if "lineage.table_versions" in tables:
         row = con.execute("select epoch from lineage.table_versions where table_name = ?",
                           [f"raw.{spec.name}"]).fetchone()
         epoch = row[0] if row else None
     applied = None
-    if table_columns(con, "ingest.bronze_applied") is not None:
+    if "ingest.bronze_applied" in tables:
         row = con.execute("select seq from ingest.bronze_applied where source = ?", [spec.name]).fetchone()
         applied = row[0] if row else None
     digest = hashlib.sha256()
     for path in _CODE:
         digest.update(path.read_bytes() if path.exists() else b"")
-    raw = table_columns(con, f"raw.{spec.name}") or {}
+    raw = tables.get(f"raw.{spec.name}", {})
     digest.update(repr((identity_columns(spec), order_terms(spec), sorted(raw.items()))).encode())
-    return _State(epoch, applied, digest.hexdigest())
+    return _State(epoch, applied, digest.hexdigest(), f"staging.{spec.name}" in tables,
+                  f"lineage.staging_excluded_{spec.name}" in tables)
 
 
-def _why_rebuild(con, spec: SourceSpec, state: _State, mark, now: datetime) -> str | None:
-    if table_columns(con, f"staging.{spec.name}") is None:
+def _why_rebuild(state: _State, mark, now: datetime) -> str | None:
+    if not state.has_staging:
         return "staging is missing"
     if mark is None:
         return "no watermark"
@@ -185,7 +200,7 @@ def _why_rebuild(con, spec: SourceSpec, state: _State, mark, now: datetime) -> s
         return "raw was rebuilt"
     if code_key != state.code_key:
         return "code, drop suite or raw columns changed"
-    if table_columns(con, f"lineage.staging_excluded_{spec.name}") is None:
+    if not state.has_excluded:
         return "excluded identities are missing"
     if drop_now is not None and now < drop_now:
         return "the drop step's clock went backwards"
@@ -247,14 +262,17 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
         con.execute("begin transaction")
         try:
             con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}")
-            con.execute(f"insert into {staging} select r.* from {raw} r semi join _stg_touched t "
-                        f"on {_same_identity(spec, 'r', 't')} {_window(spec)}")
+            # Decide on the narrow columns, then fetch only the winners' rows (a rowid filter on the scan).
+            narrow = ", ".join(f"r.{q(c)}" for c in dict.fromkeys([*identity_columns(spec), *order_terms(spec)]))
+            con.execute(f"insert into {staging} select * from {raw} where rowid in (select rowid from ("
+                        f"select r.rowid, {narrow} from {raw} r semi join _stg_touched t "
+                        f"on {_same_identity(spec, 'r', 't')}) {_window(spec)})")
             con.execute("commit")
         except BaseException:
             con.execute("rollback")
             raise
     # Winners outside the scope passed the same checks at an earlier now: only the scope is checked.
-    scope = f"exists (select 1 from _stg_touched t where {_same_identity(spec, 'base', 't')})"
+    scope = f"exists (select 1 from _stg_touched t where {_same_identity(spec, 'base', 't')})" if redecided else "false"
     report = drop(con, table, run_id=run_id, now=now, scope=scope)
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="incremental",
             redecided=redecided)
@@ -270,8 +288,9 @@ def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State,
     con.execute("begin transaction")
     try:
         # every identity excluded before is in _stg_touched, so this is the whole excluded set
-        con.execute(f"create or replace table {excluded} as select t.* from _stg_touched t "
-                    f"anti join staging.{q(spec.name)} s on {_same_identity(spec, 't', 's')}")
+        if redecided or mode == "full":
+            con.execute(f"create or replace table {excluded} as select t.* from _stg_touched t "
+                        f"anti join staging.{q(spec.name)} s on {_same_identity(spec, 't', 's')}")
         con.execute(f"delete from {TOMBSTONES} where source = ? and seq <= ?", [spec.name, state.applied_seq or 0])
         con.execute(f"delete from {WATERMARKS} where table_name = ?", [table])
         # A systemic drop keeps its offenders in staging, outside the excluded set: rebuild next time.

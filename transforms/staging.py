@@ -162,7 +162,7 @@ def _catalog(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, dic
     for table, column, kind in con.execute(
             "select schema_name || '.' || table_name, column_name, data_type from duckdb_columns() "
             "where database_name = current_database() and schema_name || '.' || table_name in "
-            "(select unnest(?::varchar[])) order by all", [tables]).fetchall():
+            "(select unnest(?::varchar[])) order by schema_name, table_name, column_index", [tables]).fetchall():
         out.setdefault(table, {})[column] = kind
     return out
 
@@ -183,7 +183,7 @@ def _state(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> _State:
     for path in _CODE:
         digest.update(path.read_bytes() if path.exists() else b"")
     raw = tables.get(f"raw.{spec.name}", {})
-    digest.update(repr((identity_columns(spec), order_terms(spec), sorted(raw.items()))).encode())
+    digest.update(repr((identity_columns(spec), order_terms(spec), list(raw.items()))).encode())
     return _State(epoch, applied, digest.hexdigest(), f"staging.{spec.name}" in tables,
                   f"lineage.staging_excluded_{spec.name}" in tables)
 

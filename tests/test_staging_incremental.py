@@ -183,6 +183,31 @@ def test_raw_replayed_or_code_changed_rebuilds(settings):
     assert lake.staged("interactions") == lake.rebuilt("interactions")
 
 
+def test_the_staging_asset_is_incremental_in_a_dagster_run(settings):
+    import dagster as dg
+
+    from dagster_project.definitions import load_definitions
+    from test_dagster import resource_for
+
+    append(settings.raw_dir, FILES[0], [interaction(i, timestamp=TIMES[0]) for i in range(4)])
+    defs = load_definitions()
+    keys = [dg.AssetKey(["ingest", "interactions"]), dg.AssetKey(["staging", "interactions"])]
+    assets = [a for a in defs.assets if any(k in keys for k in a.keys)]
+
+    def staging_metadata():
+        result = dg.materialize(assets, resources={"flywheel": resource_for(settings)},
+                                selection=dg.AssetSelection.assets(*keys))
+        meta = result.asset_materializations_for_node("staging__interactions")[0].metadata
+        return {k: meta[k].value for k in ("staging_mode", "identities_redecided", "dagster/row_count",
+                                           "excluded_rows")}
+
+    assert staging_metadata() == {"staging_mode": "full", "identities_redecided": 4, "dagster/row_count": 4,
+                                  "excluded_rows": 0}
+    append(settings.raw_dir, FILES[0], [interaction(9, timestamp=TIMES[4])])  # a new id, dated 2031
+    assert staging_metadata() == {"staging_mode": "incremental", "identities_redecided": 1,
+                                  "dagster/row_count": 4, "excluded_rows": 1}
+
+
 # ------------------------------------------------------------------------------ property
 
 actions = st.one_of(

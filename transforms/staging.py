@@ -257,7 +257,6 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     con.execute("create or replace temp table _stg_touched as " + " union ".join(touched),
                 {"since": since, **({"source": spec.name} if flagged else {})})
     redecided = con.execute("select count(*) from _stg_touched").fetchone()[0]
-    report = None
     if redecided:
         con.execute("begin transaction")
         try:

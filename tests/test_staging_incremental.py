@@ -9,7 +9,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import duckdb
-import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from conftest import dumps, interaction, rows, write_lines
@@ -64,11 +63,6 @@ class Lake:
         return (rows(self.con, "select * from main.expected order by all"),
                 rows(self.con, "select row_key, expectation, detail, path, line_number from ingest.excluded "
                                "where run_id = 'expected' and table_name = 'main.expected' order by all"))
-
-
-@pytest.fixture
-def lake_settings(settings):
-    return settings
 
 
 def append(raw, file: str, records: list[dict]) -> None:

@@ -29,9 +29,10 @@ PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "b
 WATERMARKS = "lineage.staging_watermarks"
 TOMBSTONES = "lineage.raw_tombstones"  # (source, seq, path, line_number): rows a SQLite delete flagged
 _ROOT = Path(__file__).resolve().parents[1]
-# What the outcome of an incremental step is a function of besides the data: this module and the
-# drop suite (a changed expectation must be re-applied to every winner).
-_CODE = (_ROOT / "transforms" / "staging.py", _ROOT / "dagster_project" / "expectations.py")
+# What the outcome of an incremental step is a function of besides the data: this module, the
+# drop suite and the drop step (a changed expectation must be re-applied to every winner).
+_CODE = tuple(_ROOT / p for p in ("transforms/staging.py", "dagster_project/expectations.py",
+                                  "dagster_project/validation.py"))
 
 
 def identity_columns(spec: SourceSpec) -> list[str]:

@@ -27,6 +27,9 @@ TABLES: dict[str, str] = {
     "ingest.runs": "One row per pipeline run: mode, status, what it read, warnings and error.",
     "ingest.file_events": "One row per noteworthy file event per run: rewritten, shrunk, sealed, corrupt, missing.",
     "ingest.validations": "One row per expectation result per run (Great Expectations on staged tables, marts, exports).",
+    "lineage.staging_watermarks": "Private: per staging table, what its last incremental build covered.",
+    "lineage.raw_tombstones": "Private: raw rows a SQLite delete flagged since staging last looked (they keep "
+                              "their observed_seq), consumed by the next staging build.",
     "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
                        "provenance), which expectation and the offending value (never silently lost).",
     "ingest.erasures": "One row per source per erasure (flywheel forget) or retention pass: when, kind "
@@ -134,6 +137,19 @@ COLUMNS: dict[str, str] = {
 
 # Columns whose meaning depends on the table.
 TABLE_COLUMNS: dict[str, str] = {
+    # incremental staging's private bookkeeping (transforms/staging.py; the lineage schema is never published)
+    **{f"lineage.staging_watermarks.{c}": d for c, d in {
+        "table_name": "The staging table (staging.<source>).",
+        "raw_epoch": "Epoch of raw.<source> (lineage.table_versions) it was built from; another epoch rebuilds it.",
+        "code_key": "sha256 of the staging code, the drop suite and raw's columns it was built with.",
+        "applied_seq": "The last bronze entry applied to raw when it was built: newer observed_seq is re-decided.",
+        "drop_now": "The time its drop step ran as of; an earlier one rebuilds it.",
+        "run_id": "The run that built it.", "mode": "full | incremental.",
+        "redecided": "Identities re-decided by that build (full: every identity).",
+        "built_at": "When (UTC)."}.items()},
+    **{f"lineage.raw_tombstones.{c}": d for c, d in {
+        "source": "The source.", "seq": "The bronze entry (a SQLite delete) that flagged the row.",
+        "path": "The SQLite file.", "line_number": "The deleted row's key (raw line_number)."}.items()},
     "ingest.erasures.erased_at": "When the erasure or retention pass ran (UTC).",
     "ingest.erasures.kind": "session | user (flywheel forget) or retention (the source's retention window).",
     "ingest.erasures.source": "The source whose records were removed (snapshots: kept snapshots' files).",
@@ -402,7 +418,10 @@ def source_comments(specs: dict[str, SourceSpec]) -> tuple[dict[str, str], dict[
                                  f"row, typed), with provenance. {spec.description}")
         tables[f"staging.{name}"] = (f"One row per identity ({', '.join(spec.identity)}) of {name}: the latest "
                                      f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}).")
+        tables[f"lineage.staging_excluded_{name}"] = (f"Private: identities of {name} whose latest version a drop "
+                                                      "expectation excluded; re-decided every run.")
         for f in spec.fields:
+            columns[f"lineage.staging_excluded_{name}.{f.name}"] = field_comment(spec, f)
             for schema in ("raw", "staging"):
                 columns[f"{schema}.{name}.{f.name}"] = field_comment(spec, f)
                 if f.time:

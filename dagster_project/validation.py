@@ -573,13 +573,17 @@ def ensure_excluded_table(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now: datetime | None = None,
-                checks: list[Check] | None = None) -> DropReport:
+                checks: list[Check] | None = None, scope: str | None = None) -> DropReport:
     """Delete the rows of ``table`` that fail its ``drop`` checks and record each in ``ingest.excluded``.
 
     One transaction: the deletes and the ledger rows of this (run, table) replace any earlier
     ones of the same run (a re-materialised asset never double-counts). A check whose offenders
     are more than ``1 - mostly`` of the rows (and more than one row: one odd record never stops a
     run) is systemic: its rows are kept, so its GX result fails and names it.
+
+    ``scope``: a SQL predicate over the table's columns (alias ``base``) limiting which rows are
+    checked; the caller guarantees no row outside it fails (incremental staging). The ledger of
+    this (run, table) is still replaced whole and the threshold is still against every row.
     """
     now = _utc(now or datetime.now(timezone.utc))
     suite = checks if checks is not None else SUITES.get(table) or []
@@ -613,7 +617,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             f"{_sql_literal(label + ' = ')} || left(coalesce(to_json({value})::varchar, 'null'), {SAMPLE_TEXT_CHARS}) as detail, "
             f"__key, __path, __line from (select rowid as __rid, *, {check.expr or _q(check.column)} as __v, "
             f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
-            f"from {quoted}) base where {predicate}")))
+            f"from {quoted}) base where {predicate}" + (f" and ({scope})" if scope else ""))))
     con.execute("begin transaction")
     try:
         con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])

@@ -1,6 +1,21 @@
-"""Last-wins deduplication: one row per identity, the greatest by the source's total order."""
+"""Last-wins deduplication: one row per identity, the greatest by the source's total order.
+
+``staging.<source>`` is maintained incrementally: a run re-decides only the identities touched
+since the last build (new raw versions, rows a SQLite delete flagged, identities whose winner was
+excluded last time) by deleting their staging rows and inserting last-wins over *all* raw versions
+of just those identities. Everything else is untouched. Whenever that could differ from a rebuild
+(raw was dropped and replayed, staging is missing, this code, the drop suite or raw's columns
+changed, the drop step's clock went backwards, the last drop step was systemic) it rebuilds.
+"""
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -9,6 +24,15 @@ from transforms.spec import SourceSpec
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
               ("ingest_run_id", "varchar"), ("observed_seq", "bigint"), ("deleted_at_source", "timestamptz")]
+
+# Private bookkeeping (the lineage schema is never published).
+WATERMARKS = "lineage.staging_watermarks"
+TOMBSTONES = "lineage.raw_tombstones"  # (source, seq, path, line_number): rows a SQLite delete flagged
+_ROOT = Path(__file__).resolve().parents[1]
+# What the outcome of an incremental step is a function of besides the data: this module, the
+# drop suite and the drop step (a changed expectation must be re-applied to every winner).
+_CODE = tuple(_ROOT / p for p in ("transforms/staging.py", "dagster_project/expectations.py",
+                                  "dagster_project/validation.py"))
 
 
 def identity_columns(spec: SourceSpec) -> list[str]:
@@ -31,22 +55,250 @@ def order_terms(spec: SourceSpec) -> list[str]:
     return seen
 
 
-def last_wins_sql(spec: SourceSpec) -> str:
+def _window(spec: SourceSpec) -> str:
     partition = ", ".join(q(c) for c in identity_columns(spec))
     order = ", ".join(f"{q(c)} desc nulls last" for c in order_terms(spec))
-    return (
-        f"select * from raw.{q(spec.name)}\n"
-        f"qualify row_number() over (partition by {partition} order by {order}) = 1"
-    )
+    return f"qualify row_number() over (partition by {partition} order by {order}) = 1"
 
 
-def build_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> int:
-    """Rebuild ``staging.<source>`` from every loaded version in ``raw.<source>``.
+def last_wins_sql(spec: SourceSpec) -> str:
+    return f"select * from raw.{q(spec.name)}\n{_window(spec)}"
 
-    Rebuilding from all versions (instead of merging increments) is what makes an incremental
-    sequence of runs produce exactly the table one full refresh would.
+
+def _same_identity(spec: SourceSpec, a: str, b: str) -> str:
+    # null-safe: a nullable identity column groups its nulls together, as the window does
+    return " and ".join(f"{a}.{q(c)} is not distinct from {b}.{q(c)}" for c in identity_columns(spec))
+
+
+@dataclass
+class StagingResult:
+    rows: int  # in staging after the drop step
+    mode: str  # "full" | "incremental"
+    redecided: int  # identities re-decided (full: every identity in staging before drops)
+    reason: str  # why full, or what incremental covered
+    drops: Any = None  # the drop step's report (validation.DropReport), None without one
+
+
+DropStep = Callable[..., Any]  # validation.apply_drops: (con, table, *, run_id, now, scope) -> DropReport
+
+
+def log_tombstones(con: duckdb.DuckDBPyConnection, source: str, seq: int, path: str, keys: list[int]) -> None:
+    """Called by ingest, in its transaction, when a SQLite delete flags rows of ``path``: the
+    flagged rows keep their old ``observed_seq``, so staging needs this to find them."""
+    if not keys:
+        return
+    con.execute("create schema if not exists lineage")
+    con.execute(f"create table if not exists {TOMBSTONES} "
+                "(source varchar, seq bigint, path varchar, line_number bigint)")
+    con.execute(f"insert into {TOMBSTONES} select $source, $seq, $path, unnest($keys::bigint[])",
+                {"source": source, "seq": seq, "path": path, "keys": keys})
+
+
+def build_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec, *, run_id: str | None = None,
+                  now: datetime | None = None, drop: DropStep | None = None) -> int:
+    """``staging.<source>``: rows in it after the step.
+
+    Without ``drop``: a rebuild from every version in ``raw.<source>`` (no drop step; the next
+    incremental call rebuilds too). With ``drop`` (``validation.apply_drops``) and ``run_id``:
+    incremental when sound, drop step included; see ``refresh_staging``.
     """
+    if drop is None:
+        _ensure(con)
+        con.execute(f"delete from {WATERMARKS} where table_name = ?", [f"staging.{spec.name}"])
+        return _rebuild(con, spec)
+    return refresh_staging(con, spec, run_id=run_id, now=now, drop=drop).rows
+
+
+def refresh_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec, *, run_id: str, drop: DropStep,
+                    now: datetime | None = None) -> StagingResult:
+    """Bring ``staging.<source>`` and its drop step up to date with ``raw.<source>``.
+
+    The result (rows, and the ledger ``ingest.excluded`` rows of ``run_id``) equals what a rebuild
+    followed by ``drop`` over the whole table gives: untouched identities keep winners that
+    passed the drop checks at an earlier, not later, ``now`` (``not in the future`` only gets
+    easier to pass), and every identity excluded last time is re-decided every time.
+    """
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    table = f"staging.{spec.name}"
+    _ensure(con)
+    state = _state(con, spec)
+    mark = con.execute(f"select raw_epoch, code_key, applied_seq, drop_now from {WATERMARKS} "
+                       "where table_name = ?", [table]).fetchone()
+    reason = _why_rebuild(state, mark, now)
+    if reason:
+        return _full(con, spec, run_id=run_id, now=now, drop=drop, state=state, reason=reason)
+    return _incremental(con, spec, run_id=run_id, now=now, drop=drop, state=state, since=mark[2])
+
+
+# ------------------------------------------------------------------------------ internals
+
+
+def _ensure(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("create schema if not exists staging")
+    con.execute("create schema if not exists lineage")
+    con.execute(f"create table if not exists {WATERMARKS} (table_name varchar primary key, "
+                "raw_epoch varchar, code_key varchar, applied_seq bigint, drop_now timestamptz, "
+                "run_id varchar, mode varchar, redecided bigint, built_at timestamptz)")
+    con.execute(f"create table if not exists {TOMBSTONES} "
+                "(source varchar, seq bigint, path varchar, line_number bigint)")
+
+
+def _excluded_table(spec: SourceSpec) -> str:
+    """Identities whose last-wins winner the drop step removed (re-decided every run)."""
+    return f"lineage.{q('staging_excluded_' + spec.name)}"
+
+
+@dataclass
+class _State:
+    epoch: str | None  # raw.<source>'s epoch in lineage.table_versions
+    applied_seq: int | None  # the last bronze entry applied to raw
+    code_key: str
+    has_staging: bool
+    has_excluded: bool
+
+
+def _catalog(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, dict[str, str]]:
+    """``{schema.table: {column: type}}`` of those of ``tables`` that exist, in one query."""
+    out: dict[str, dict[str, str]] = {}
+    for table, column, kind in con.execute(
+            "select schema_name || '.' || table_name, column_name, data_type from duckdb_columns() "
+            "where database_name = current_database() and schema_name || '.' || table_name in "
+            "(select unnest(?::varchar[])) order by schema_name, table_name, column_index", [tables]).fetchall():
+        out.setdefault(table, {})[column] = kind
+    return out
+
+
+def _state(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> _State:
+    tables = _catalog(con, ["lineage.table_versions", "ingest.bronze_applied", f"raw.{spec.name}",
+                            f"staging.{spec.name}", f"lineage.staging_excluded_{spec.name}"])
+    epoch = None
+    if "lineage.table_versions" in tables:
+        row = con.execute("select epoch from lineage.table_versions where table_name = ?",
+                          [f"raw.{spec.name}"]).fetchone()
+        epoch = row[0] if row else None
+    applied = None
+    if "ingest.bronze_applied" in tables:
+        row = con.execute("select seq from ingest.bronze_applied where source = ?", [spec.name]).fetchone()
+        applied = row[0] if row else None
+    digest = hashlib.sha256()
+    for path in _CODE:
+        digest.update(path.read_bytes() if path.exists() else b"")
+    raw = tables.get(f"raw.{spec.name}", {})
+    digest.update(repr((identity_columns(spec), order_terms(spec), list(raw.items()))).encode())
+    return _State(epoch, applied, digest.hexdigest(), f"staging.{spec.name}" in tables,
+                  f"lineage.staging_excluded_{spec.name}" in tables)
+
+
+def _why_rebuild(state: _State, mark, now: datetime) -> str | None:
+    if not state.has_staging:
+        return "staging is missing"
+    if mark is None:
+        return "no watermark"
+    raw_epoch, code_key, applied_seq, drop_now = mark
+    if state.epoch is None or state.applied_seq is None:
+        return "raw has no version"
+    if raw_epoch != state.epoch:
+        return "raw was rebuilt"
+    if code_key != state.code_key:
+        return "code, drop suite or raw columns changed"
+    if not state.has_excluded:
+        return "excluded identities are missing"
+    if drop_now is not None and now < drop_now:
+        return "the drop step's clock went backwards"
+    if applied_seq is None or applied_seq > state.applied_seq:
+        return "raw is behind the watermark"
+    return None
+
+
+def _rebuild(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> int:
     table = f"staging.{q(spec.name)}"
     con.execute(f"create or replace table {table} as {last_wins_sql(spec)}")
-    return con.execute(f"select count(*) from {table}").fetchall()[0][0]
+    return con.execute(f"select count(*) from {table}").fetchone()[0]
+
+
+def _full(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, state: _State,
+          reason: str) -> StagingResult:
+    table = f"staging.{spec.name}"
+    con.execute("begin transaction")
+    try:
+        # no watermark until the drop step is done: a crash in between rebuilds again
+        con.execute(f"delete from {WATERMARKS} where table_name = ?", [table])
+        candidates = _rebuild(con, spec)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    report = drop(con, table, run_id=run_id, now=now)
+    # The excluded winners: raw rows at the ledger's positions whose identity left staging.
+    ids = ", ".join(f"r.{q(c)}" for c in identity_columns(spec))
+    con.execute(
+        f"create or replace temp table _stg_touched as select distinct {ids} from raw.{q(spec.name)} r "
+        "semi join (select path, line_number from ingest.excluded where run_id = $run and table_name = $table) x "
+        "on r.path = x.path and r.line_number = x.line_number"
+        if report.total else
+        f"create or replace temp table _stg_touched as select {ids} from raw.{q(spec.name)} r limit 0",
+        {"run": run_id, "table": table} if report.total else None)
+    _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="full", redecided=candidates)
+    return StagingResult(candidates - report.total, "full", candidates, reason, report)
+
+
+def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, state: _State,
+                 since: int) -> StagingResult:
+    table = f"staging.{spec.name}"
+    raw, staging, excluded = f"raw.{q(spec.name)}", f"staging.{q(spec.name)}", _excluded_table(spec)
+    cols = ", ".join(q(c) for c in identity_columns(spec))
+    flagged = con.execute(f"select count(*) from {TOMBSTONES} where source = ? and seq > ?",
+                          [spec.name, since]).fetchone()[0]
+    touched = [f"select {cols} from {raw} where observed_seq > $since", f"select {cols} from {excluded}"]
+    if flagged:
+        touched.append(
+            f"select {cols} from {raw} r semi join (select path, line_number, seq from {TOMBSTONES} "
+            "where source = $source and seq > $since) t "
+            "on r.path = t.path and r.line_number = t.line_number and r.observed_seq < t.seq")
+    con.execute("create or replace temp table _stg_touched as " + " union ".join(touched),
+                {"since": since, **({"source": spec.name} if flagged else {})})
+    redecided = con.execute("select count(*) from _stg_touched").fetchone()[0]
+    if redecided:
+        con.execute("begin transaction")
+        try:
+            con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}")
+            # Decide on the narrow columns, then fetch only the winners' rows (a rowid filter on the scan).
+            narrow = ", ".join(f"r.{q(c)}" for c in dict.fromkeys([*identity_columns(spec), *order_terms(spec)]))
+            con.execute(f"insert into {staging} select * from {raw} where rowid in (select rowid from ("
+                        f"select r.rowid, {narrow} from {raw} r semi join _stg_touched t "
+                        f"on {_same_identity(spec, 'r', 't')}) {_window(spec)})")
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
+    # Winners outside the scope passed the same checks at an earlier now: only the scope is checked.
+    scope = f"exists (select 1 from _stg_touched t where {_same_identity(spec, 'base', 't')})" if redecided else "false"
+    report = drop(con, table, run_id=run_id, now=now, scope=scope)
+    _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="incremental",
+            redecided=redecided)
+    rows = con.execute(f"select count(*) from {staging}").fetchone()[0]
+    return StagingResult(rows, "incremental", redecided, f"{redecided} identities since seq {since}", report)
+
+
+def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State, report, mode: str,
+            redecided: int) -> None:
+    """Record the identities now excluded and the watermark, in one transaction."""
+    table = f"staging.{spec.name}"
+    excluded = _excluded_table(spec)
+    con.execute("begin transaction")
+    try:
+        # every identity excluded before is in _stg_touched, so this is the whole excluded set
+        if redecided or mode == "full":
+            con.execute(f"create or replace table {excluded} as select t.* from _stg_touched t "
+                        f"anti join staging.{q(spec.name)} s on {_same_identity(spec, 't', 's')}")
+        con.execute(f"delete from {TOMBSTONES} where source = ? and seq <= ?", [spec.name, state.applied_seq or 0])
+        con.execute(f"delete from {WATERMARKS} where table_name = ?", [table])
+        # A systemic drop keeps its offenders in staging, outside the excluded set: rebuild next time.
+        if state.epoch is not None and state.applied_seq is not None and not getattr(report, "systemic", None):
+            con.execute(f"insert into {WATERMARKS} values (?, ?, ?, ?, ?, ?, ?, ?, now())",
+                        [table, state.epoch, state.code_key, state.applied_seq, now, run_id, mode, redecided])
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    con.execute("drop table if exists _stg_touched")

@@ -18,7 +18,7 @@ from dagster_project.validation import apply_drops
 from transforms.classify import q
 from transforms.spec import SourceSpec
 from transforms.sqlfiles import materialize
-from transforms.staging import build_staging
+from transforms.staging import refresh_staging
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -119,10 +119,9 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     )
     def _staging(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
         with flywheel.state() as con:
-            rows = build_staging(con, spec)
-            # drop expectations (e.g. a time beyond the future slack) apply before marts read it
-            drops = apply_drops(con, f"staging.{spec.name}", run_id=context.run_id)
-            rows -= drops.total
+            # incremental when sound; drop expectations (a time beyond the future slack) apply before marts read it
+            staged = refresh_staging(con, spec, run_id=context.run_id, drop=apply_drops)
+            rows, drops = staged.rows, staged.drops
             versions = count(con, f"select count(*) from raw.{q(spec.name)}")
             sample = preview(con, f"staging.{q(spec.name)}",
                              ", ".join(q(f.name) for f in spec.fields[:6]) + ", path, line_number")
@@ -131,6 +130,8 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             "versions_loaded": versions,
             "superseded_versions": versions - rows - drops.total,
             "excluded_rows": drops.total,
+            "staging_mode": staged.mode,
+            "identities_redecided": staged.redecided,
             "excluded": dg.MetadataValue.json(drops.metadata()),
             "preview": sample,
         })

@@ -35,6 +35,7 @@ from dagster_project import versions
 from transforms.localtime import resolve_folds
 from transforms.classify import build_sql, output_columns, q, strict_verdict
 from transforms.lines import Rejected
+from transforms.staging import log_tombstones
 from transforms.spec import SourceSpec
 
 DECODERS = {"span": jsonl.decode, "array": json_array.decode, "rows": sqlite.decode}
@@ -239,6 +240,7 @@ class Ingestor:
                     "where path = $path and line_number in (select unnest($keys::bigint[])) "
                     "and observed_seq < $seq and deleted_at_source is null",
                     {"at": e.observed_at, "path": e.path, "keys": gone, "seq": e.seq})
+                log_tombstones(self.con, self.spec.name, e.seq, e.path, gone)  # flagged rows keep their seq
             keys_gone = [k for k, sha in keys.items() if sha is None]
             keys_set = [(p, k, sha) for (p, k), sha in keys.items() if sha is not None]
             if keys_gone:

@@ -405,7 +405,7 @@ def _table_level(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, rows
             return _from_detail(check, ok, {"observed_value": rows}, now)
         if k == "mean_between":
             mean, n_true, n_false = con.execute(
-                f"select avg(__v)::double, count_if(__v = 1), count_if(__v = 0) "
+                f"select avg(__v)::double, coalesce(count_if(__v = 1), 0), coalesce(count_if(__v = 0), 0) "
                 f"from (select {value} as __v from {quoted})").fetchone()
             ok = (mean is not None and (check.min_value is None or mean >= check.min_value)
                   and (check.max_value is None or mean <= check.max_value))
@@ -445,12 +445,20 @@ def _gx_on_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, quoted
     """GX on a frame of exactly the columns ``checks`` read (the rows ``where`` selects)."""
     frame_cols: dict[str, str] = {}
     for _, check in checks:
-        frame_cols.setdefault(check.column, check.expr or _q(check.column))
+        if check.kind == "compound_unique":
+            for c in check.columns:
+                frame_cols.setdefault(c, _q(c))
+        elif check.column:
+            frame_cols.setdefault(check.column, check.expr or _q(check.column))
     frame, broken = _frame(con, quoted, frame_cols, where, params or [])
+    if not len(frame.columns):  # only table-level checks: GX needs some frame with the right row count
+        import pandas as pd
+
+        frame = pd.DataFrame({"__row": range(rows)})
     results: dict[int, CheckResult] = {}
     runnable = []
     for i, check in checks:
-        if check.column in broken:  # e.g. a column of the wrong type: the check errs, the others still run
+        if (check.column or "") in broken:  # e.g. a column of the wrong type: the check errs, the others still run
             results[i] = CheckResult(check, False, "error", detail=f"cannot evaluate: {broken[check.column]}")
         else:
             runnable.append((i, check))
@@ -470,12 +478,15 @@ def _gx_on_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, quoted
 def _frame(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str], where: str = "",
            params: list | None = None):
     """The columns GX checks, in one query; if it fails, column by column to isolate the culprit."""
+    import pandas as pd
+
+    if not columns:
+        return pd.DataFrame(), {}
     select = ", ".join(f"{expr} as {_q(name)}" for name, expr in columns.items())
     try:
         return con.execute(f"select {select} from {quoted}{where}", params or []).df(), {}
     except duckdb.Error:
         pass
-    import pandas as pd
 
     parts, broken = {}, {}
     for name, expr in columns.items():

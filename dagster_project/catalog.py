@@ -143,7 +143,7 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.validation_baselines.fingerprint": "sha256 of the row-level checks, the checked columns' types and the "
                                                 "DuckDB version (another fingerprint: validate every row).",
     "lineage.validation_baselines.valid_at": "The run time the rows passed at (an earlier run time: validate every row).",
-    "lineage.validation_baselines.rows": "Rows in the table when it was validated.",
+    "lineage.validation_baselines.hashes": "Row hashes held in lineage.validated_rows for the table (rows since deleted included).",
     "lineage.validation_baselines.run_id": "The run that validated it.",
     "lineage.validation_baselines.updated_at": "When the baseline was recorded (UTC).",
     "lineage.validated_rows.table_name": "The validated table (schema.table).",

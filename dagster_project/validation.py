@@ -296,14 +296,22 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
                                     restate=(lambda check, detail: _restate(con, quoted, check, detail, rows))
                                     if use else None))
     else:  # nothing new: the old rows passed and still pass
+        present = _any_non_null(con, quoted, [c for _, c in checks if c.kind != "not_null"])
         for i, check in checks:
             detail = _restate(con, quoted, check, {"unexpected_count": 0, "element_count": 0,
-                                                   "unexpected_percent": None}, rows)
+                                                   "unexpected_percent": 0.0 if present.get(check.name) else None},
+                              rows)
             results[i] = _from_detail(check, detail["success"], detail, now)
 
     if keep:
         clean = all(results[i].status == "passed" and not results[i].unexpected_count for i, _ in checks)
-        _store_baseline(con, table, fingerprint if clean else None, now, rows, run_id)
+        if not clean:
+            _store_baseline(con, table, None, now, run_id)
+        elif not use:
+            _store_baseline(con, table, fingerprint, now, run_id)
+        elif examined:
+            _store_baseline(con, table, fingerprint, now, run_id, add_only=True, rows=rows)
+        # else: nothing new, the baseline still holds (as of its own, earlier run time)
         con.execute("drop table if exists _fw_new")
         con.execute("drop table if exists _fw_rows")
     return results, examined
@@ -348,33 +356,58 @@ def _has_rowid(con: duckdb.DuckDBPyConnection, quoted: str) -> bool:
         return False
 
 
+def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Check]) -> dict[str, bool]:
+    """Per check: does any row hold a non-null checked value (GX's percentage is ``None`` if not)?"""
+    if not checks:
+        return {}
+    found = con.execute("select " + ", ".join(
+        f"exists (select 1 from {quoted} where ({c.expr or _q(c.column)}) is not null)" for c in checks)).fetchone()
+    return {c.name: bool(x) for c, x in zip(checks, found)}
+
+
 def _ensure_baselines(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("create schema if not exists lineage")  # private: never published (snapshot.WAREHOUSE_SCHEMAS)
     con.execute(f"create table if not exists {BASELINES} (table_name varchar primary key, fingerprint varchar not null, "
-                f"valid_at timestamptz not null, rows bigint, run_id varchar, updated_at timestamptz)")
+                f"valid_at timestamptz not null, hashes bigint, run_id varchar, updated_at timestamptz)")
     con.execute(f"create table if not exists {VALIDATED_ROWS} (table_name varchar not null, row_hash ubigint not null)")
 
 
 def _baseline(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, datetime] | None:
-    if table_columns(con, BASELINES) is None:
+    try:
+        row = con.execute(f"select fingerprint, valid_at from {BASELINES} where table_name = ?", [table]).fetchone()
+    except duckdb.CatalogException:  # never validated here
         return None
-    row = con.execute(f"select fingerprint, valid_at from {BASELINES} where table_name = ?", [table]).fetchone()
     return (row[0], _utc(row[1])) if row else None
 
 
 def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str | None, now: datetime,
-                    rows: int, run_id: str) -> None:
-    """Record the hashes of ``_fw_rows`` as validated (``fingerprint`` None: forget the baseline)."""
-    if fingerprint is None and table_columns(con, BASELINES) is None:
+                    run_id: str, *, add_only: bool = False, rows: int = 0) -> None:
+    """Record the hashes of ``_fw_rows`` as validated at ``now`` (``fingerprint`` None: forget them).
+
+    ``add_only``: only the new rows' hashes (``_fw_new``) are added. A hash left by a row since
+    deleted is still sound (that content passed), so the set is rewritten only when such hashes
+    outnumber the table's rows.
+    """
+    if fingerprint is None and _baseline(con, table) is None:
         return
     _ensure_baselines(con)
     con.execute("begin transaction")
     try:
+        stored = 0
+        if add_only:
+            con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, r.h from _fw_rows r "
+                        f"semi join _fw_new n on r.rid = n.rid", [table])
+            stored = int(con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?",
+                                     [table]).fetchone()[0])
+        if not add_only or stored > 2 * rows + 1000:
+            con.execute(f"delete from {VALIDATED_ROWS} where table_name = ?", [table])
+            if fingerprint is not None:
+                con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows", [table])
         con.execute(f"delete from {BASELINES} where table_name = ?", [table])
-        con.execute(f"delete from {VALIDATED_ROWS} where table_name = ?", [table])
         if fingerprint is not None:
-            con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows", [table])
-            con.execute(f"insert into {BASELINES} values (?, ?, ?, ?, ?, now())", [table, fingerprint, now, rows, run_id])
+            hashes = con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?", [table]).fetchone()[0]
+            con.execute(f"insert into {BASELINES} values (?, ?, ?, ?, ?, now())",
+                        [table, fingerprint, now, hashes, run_id])
         con.execute("commit")
     except BaseException:
         con.execute("rollback")

@@ -1,18 +1,30 @@
 """Run a table's Great Expectations suite (GX 1.x, ephemeral context, suites in code).
 
-How: one DuckDB query selects exactly the columns the suite checks (computing the derived ones,
-see ``expectations``) into a narrow pandas frame; GX validates the whole suite on it in one
-pass (``Batch.validate(suite)``, result format SUMMARY). Schema checks read the DuckDB catalog
-(column presence through GX on a zero-row frame; DuckDB types natively, since pandas cannot see
-them). Sample offending rows (≤ 5, with the table's key and provenance columns) are then fetched
-from DuckDB for the failed checks only, so a million-row table never materialises GX's
-unexpected-index lists (which cost 20–30 s per expectation at 1M rows).
+Validating a changed table costs what is new:
+
+* **Row-level** checks (not null, in set, between, not in the future, regex, roles: a row's
+  outcome depends on that row alone) run through GX on a narrow pandas frame of only the rows
+  not seen by the table's last clean validation: rows whose checked columns hash to a value
+  outside ``lineage.validated_rows``. Old rows passed then and still pass, so GX's counts on the
+  new rows are restated for the whole table (:func:`_restate`) and the result is exactly GX's on
+  every row. No baseline, a check that found offenders, an earlier run time or changed checks:
+  every row, then a new baseline (see :func:`_row_level`).
+* **Table-level** checks (uniqueness, compound uniqueness, row count, KTO class balance, columns
+  derived with window functions such as split leakage) look at every row, in DuckDB SQL (group by
+  / having), reported in GX's terms (:func:`_table_level`; ``tests/test_validation_incremental.py``
+  compares both with GX). Schema checks read the DuckDB catalog.
+* Sample offending rows (≤ 5, with the table's key and provenance columns) are fetched from DuckDB
+  for failed checks only, so GX never materialises unexpected-index lists.
+
+GX is imported when a frame first needs it (a run where nothing is new never imports it); one
+context, data source and batch definition serve the whole process, and GX's per-frame md5
+fingerprint (only a batch label) is switched off. Frames come through Arrow, strings as Arrow
+buffers.
 
 Why not a GX SQL datasource over duckdb-engine: in-process it cannot open the database file the
 pipeline already holds ("Can't open a connection to same database file with a different
 configuration"), and with duckdb 2.0 / duckdb_engine 0.17 GX's ``table.column_types`` metric
-fails on every expectation. The frame route measured ~1 s of GX time per 1M rows for a dozen
-expectations.
+fails on every expectation.
 
 Results are appended to ``ingest.validations`` (``record_validations``); ``enforce`` raises
 ``ValidationFailed`` naming each failed blocking expectation with sample rows. ``apply_drops``
@@ -266,17 +278,17 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
     counts are restated for the whole table (old rows contribute no offender), so the result
     equals GX's on every row. The baseline is the set of 64-bit hashes of the checked columns of
     every row of the last clean validation (``lineage.validated_rows``) with a fingerprint of the
-    checks, the column types and the DuckDB version (``hash`` is not stable across versions), and
-    the run time it was valid at: "not in the future" only gets looser as time passes, so an
-    earlier ``now`` validates whole. Anything else (no or another baseline, a check that found
+    checks, the column types and the DuckDB and GX versions (``hash`` is not stable across
+    versions), and the run time it was valid at: "not in the future" only gets looser as time
+    passes, so an earlier ``now`` validates whole. Anything else (no or another baseline, a check that found
     offenders, a ``mostly`` below 1, a view) validates every row and, when clean, records the
     baseline for the next time. A 64-bit collision between a new offending row and an old row
     would hide it: about n_old × n_new / 2^64 (5e-10 for 10^6 × 10^4).
     """
     needed = sorted({c for _, check in checks for c in check.required_columns})
     fingerprint = hashlib.sha256(json.dumps(
-        [BASELINE_SCHEME, duckdb.__version__, [repr(c) for _, c in checks], [(c, columns[c]) for c in needed]],
-        default=str).encode()).hexdigest()
+        [BASELINE_SCHEME, duckdb.__version__, _gx_version(), [repr(c) for _, c in checks],
+         [(c, columns[c]) for c in needed]], default=str).encode()).hexdigest()
     keep = bool(needed) and all(c.gx_mostly == 1.0 for _, c in checks) and _has_rowid(con, quoted)
     baseline = _baseline(con, table) if keep and incremental else None
     use = baseline is not None and baseline[0] == fingerprint and baseline[1] <= now
@@ -315,6 +327,12 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
         con.execute("drop table if exists _fw_new")
         con.execute("drop table if exists _fw_rows")
     return results, examined
+
+
+def _gx_version() -> str:
+    from importlib.metadata import version
+
+    return version("great_expectations")  # without importing GX (2 s)
 
 
 def _restate(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, detail: dict, rows: int) -> dict:

@@ -289,7 +289,7 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
     fingerprint = hashlib.sha256(json.dumps(
         [BASELINE_SCHEME, duckdb.__version__, _gx_version(), [repr(c) for _, c in checks],
          [(c, columns[c]) for c in needed]], default=str).encode()).hexdigest()
-    keep = bool(needed) and all(c.gx_mostly == 1.0 for _, c in checks) and _has_rowid(con, quoted)
+    keep = bool(needed) and all(c.gx_mostly == 1.0 for _, c in checks) and _is_table(con, table)
     baseline = _baseline(con, table) if keep and incremental else None
     use = baseline is not None and baseline[0] == fingerprint and baseline[1] <= now
     where, params = "", []
@@ -366,12 +366,19 @@ def _map_outcome(total: int, nonnull: int | None, unexpected: int, mostly: float
     return success, {"element_count": total, "unexpected_count": unexpected, "unexpected_percent": percent}
 
 
-def _has_rowid(con: duckdb.DuckDBPyConnection, quoted: str) -> bool:
-    try:  # a view has none: it is validated whole
-        con.execute(f"select rowid from {quoted} limit 0")
-        return True
-    except duckdb.Error:
-        return False
+def _is_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """A base table (a view has no rowid: it is validated whole). A catalog lookup, not a failing
+    query: an error would abort the caller's transaction."""
+    schema, _, name = table.rpartition(".")
+    return bool(con.execute("select exists (select 1 from duckdb_tables() where table_name = ? "
+                            "and (? = '' or schema_name = ?))", [name, schema, schema]).fetchone()[0])
+
+
+def forget_baselines(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop every validation baseline (erasure: the row hashes are derived from personal data);
+    the next validation of each table looks at every row and records a fresh one."""
+    con.execute(f"drop table if exists {VALIDATED_ROWS}")
+    con.execute(f"drop table if exists {BASELINES}")
 
 
 def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Check]) -> dict[str, bool]:
@@ -391,10 +398,9 @@ def _ensure_baselines(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _baseline(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, datetime] | None:
-    try:
-        row = con.execute(f"select fingerprint, valid_at from {BASELINES} where table_name = ?", [table]).fetchone()
-    except duckdb.CatalogException:  # never validated here
+    if not _is_table(con, BASELINES):  # never validated here
         return None
+    row = con.execute(f"select fingerprint, valid_at from {BASELINES} where table_name = ?", [table]).fetchone()
     return (row[0], _utc(row[1])) if row else None
 
 
@@ -404,32 +410,27 @@ def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str
 
     ``add_only``: only the new rows' hashes (``_fw_new``) are added. A hash left by a row since
     deleted is still sound (that content passed), so the set is rewritten only when such hashes
-    outnumber the table's rows.
+    outnumber the table's rows. No transaction of its own (the caller may hold one): the
+    baseline's row is deleted first and inserted last, so an interruption anywhere leaves no
+    baseline (the next validation looks at every row), never one that claims too much.
     """
     if fingerprint is None and _baseline(con, table) is None:
         return
     _ensure_baselines(con)
-    con.execute("begin transaction")
-    try:
-        stored = 0
-        if add_only:
-            con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, r.h from _fw_rows r "
-                        f"semi join _fw_new n on r.rid = n.rid", [table])
-            stored = int(con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?",
-                                     [table]).fetchone()[0])
-        if not add_only or stored > 2 * rows + 1000:
-            con.execute(f"delete from {VALIDATED_ROWS} where table_name = ?", [table])
-            if fingerprint is not None:
-                con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows", [table])
-        con.execute(f"delete from {BASELINES} where table_name = ?", [table])
+    con.execute(f"delete from {BASELINES} where table_name = ?", [table])
+    stored = 0
+    if add_only:
+        con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, r.h from _fw_rows r "
+                    f"semi join _fw_new n on r.rid = n.rid", [table])
+        stored = int(con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?",
+                                 [table]).fetchone()[0])
+    if not add_only or stored > 2 * rows + 1000:
+        con.execute(f"delete from {VALIDATED_ROWS} where table_name = ?", [table])
         if fingerprint is not None:
-            hashes = con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?", [table]).fetchone()[0]
-            con.execute(f"insert into {BASELINES} values (?, ?, ?, ?, ?, now())",
-                        [table, fingerprint, now, hashes, run_id])
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
+            con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows", [table])
+    if fingerprint is not None:
+        hashes = con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?", [table]).fetchone()[0]
+        con.execute(f"insert into {BASELINES} values (?, ?, ?, ?, ?, now())", [table, fingerprint, now, hashes, run_id])
 
 
 # ---------------------------------------------------------------------------------------------

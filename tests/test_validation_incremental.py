@@ -181,3 +181,23 @@ def test_the_baseline_stays_private_and_small():
     from dagster_project.publishing.snapshot import WAREHOUSE_SCHEMAS
 
     assert "lineage" not in WAREHOUSE_SCHEMAS
+
+
+def test_forgetting_the_baselines_makes_the_next_validation_look_at_every_row():
+    lake = _signals(3)
+    con = lake.con
+    validate_table(con, "staging.signals", run_id="r1", now=NOW)
+    validation.forget_baselines(con)  # flywheel forget: the hashes derive from personal data
+    assert con.execute("select count(*) from duckdb_tables() where schema_name = 'lineage' "
+                       "and table_name in ('validated_rows', 'validation_baselines')").fetchone() == (0,)
+    assert validate_table(con, "staging.signals", run_id="r2", now=NOW).rows_examined == 3
+    assert validate_table(con, "staging.signals", run_id="r3", now=NOW).rows_examined == 0
+
+
+def test_a_caller_holding_a_transaction_keeps_it():
+    lake = _signals(2)
+    con = lake.con
+    con.execute("begin transaction")
+    assert validate_table(con, "staging.signals", run_id="r1", now=NOW).success
+    con.execute("rollback")  # the caller's decision: the baseline goes with it
+    assert validate_table(con, "staging.signals", run_id="r2", now=NOW).rows_examined == 2

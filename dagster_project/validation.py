@@ -280,9 +280,9 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
     every row of the last clean validation (``lineage.validated_rows``) with a fingerprint of the
     checks, the column types and the DuckDB and GX versions (``hash`` is not stable across
     versions), and the run time it was valid at: "not in the future" only gets looser as time
-    passes, so an earlier ``now`` validates whole. Anything else (no or another baseline, a check that found
-    offenders, a ``mostly`` below 1, a view) validates every row and, when clean, records the
-    baseline for the next time. A 64-bit collision between a new offending row and an old row
+    passes, so an earlier ``now`` validates whole. Anything else (no or another baseline, a check
+    that found offenders, a ``mostly`` below 1, a view) validates every row and, when clean,
+    records the baseline for the next time. A 64-bit collision between a new offending row and an old row
     would hide it: about n_old × n_new / 2^64 (5e-10 for 10^6 × 10^4).
     """
     needed = sorted({c for _, check in checks for c in check.required_columns})
@@ -292,7 +292,7 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
     keep = bool(needed) and all(c.gx_mostly == 1.0 for _, c in checks) and _is_table(con, table)
     baseline = _baseline(con, table) if keep and incremental else None
     use = baseline is not None and baseline[0] == fingerprint and baseline[1] <= now
-    where, params = "", []
+    where = ""
     if keep:
         con.execute(f"create or replace temp table _fw_rows as select rowid as rid, "
                     f"hash({', '.join(_q(c) for c in needed)}) as h from {quoted}")
@@ -304,7 +304,7 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
 
     results: dict[int, CheckResult] = {}
     if examined or not use:
-        results.update(_gx_on_frame(con, table, run_id, quoted, checks, rows, now, where=where, params=params,
+        results.update(_gx_on_frame(con, table, run_id, quoted, checks, rows, now, where=where,
                                     restate=(lambda check, detail: _restate(con, quoted, check, detail, rows))
                                     if use else None))
     else:  # nothing new: the old rows passed and still pass
@@ -493,7 +493,7 @@ def _table_level(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, rows
 
 def _gx_on_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, quoted: str,
                  checks: list[tuple[int, Check]], rows: int, now: datetime, *, where: str = "",
-                 params: list | None = None, restate=None) -> dict[int, CheckResult]:
+                 restate=None) -> dict[int, CheckResult]:
     """GX on a frame of exactly the columns ``checks`` read (the rows ``where`` selects)."""
     frame_cols: dict[str, str] = {}
     for _, check in checks:
@@ -502,7 +502,7 @@ def _gx_on_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, quoted
                 frame_cols.setdefault(c, _q(c))
         elif check.column:
             frame_cols.setdefault(check.column, check.expr or _q(check.column))
-    frame, broken = _frame(con, quoted, frame_cols, where, params or [])
+    frame, broken = _frame(con, quoted, frame_cols, where)
     if not len(frame.columns):  # only table-level checks: GX needs some frame with the right row count
         import pandas as pd
 
@@ -527,8 +527,7 @@ def _gx_on_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, quoted
     return results
 
 
-def _frame(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str], where: str = "",
-           params: list | None = None):
+def _frame(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str], where: str = ""):
     """The columns GX checks, in one query; if it fails, column by column to isolate the culprit."""
     import pandas as pd
 
@@ -536,20 +535,20 @@ def _frame(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str],
         return pd.DataFrame(), {}
     select = ", ".join(f"{expr} as {_q(name)}" for name, expr in columns.items())
     try:
-        return _pandas(con, f"select {select} from {quoted}{where}", params), {}
+        return _pandas(con, f"select {select} from {quoted}{where}"), {}
     except duckdb.Error:
         pass
 
     parts, broken = {}, {}
     for name, expr in columns.items():
         try:
-            parts[name] = _pandas(con, f"select {expr} as {_q(name)} from {quoted}{where}", params)[name]
+            parts[name] = _pandas(con, f"select {expr} as {_q(name)} from {quoted}{where}")[name]
         except duckdb.Error as exc:
             broken[name] = str(exc).splitlines()[0][:300]
     return pd.DataFrame(parts), broken
 
 
-def _pandas(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):
+def _pandas(con: duckdb.DuckDBPyConnection, sql: str):
     """The result as pandas, dtype for dtype what ``.df()`` gives, but through Arrow: strings stay
     Arrow buffers (pandas' ``str`` dtype) instead of being copied one Python object at a time
     (2-3x faster on text columns)."""
@@ -560,7 +559,7 @@ def _pandas(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None
     # con.sql, not con.execute: Arrow from a DB-API result is one more copy of the rows. It refuses
     # to run while an earlier execute() result is unread: complete() runs that to its end.
     con.complete()
-    table = con.sql(sql, params=params or None).to_arrow_table()
+    table = con.sql(sql).to_arrow_table()
     string = pd.StringDtype("pyarrow", na_value=np.nan)
     columns = {}
     for name, column in zip(table.column_names, table.columns):

@@ -35,6 +35,11 @@ TABLES: dict[str, str] = {
     "ingest.erasures": "One row per source per erasure (flywheel forget) or retention pass: when, kind "
                        "(session | user | retention) and the rows removed per layer; never the id.",
     "ingest.bronze_applied": "One row per source: the last bronze entry (observation sequence) applied to raw.",
+    "lineage.validation_baselines": "One row per table whose last validation found no offender for any row-level "
+                                    "expectation: what its row hashes in lineage.validated_rows were checked with "
+                                    "(private: never published).",
+    "lineage.validated_rows": "The 64-bit hash of the checked columns of every row of each baselined table: rows "
+                              "not in it are the ones the next validation looks at (private: never published).",
     "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
                           "(detects rows updated or deleted anywhere in the table).",
     "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
@@ -150,6 +155,15 @@ TABLE_COLUMNS: dict[str, str] = {
     **{f"lineage.raw_tombstones.{c}": d for c, d in {
         "source": "The source.", "seq": "The bronze entry (a SQLite delete) that flagged the row.",
         "path": "The SQLite file.", "line_number": "The deleted row's key (raw line_number)."}.items()},
+    "lineage.validation_baselines.table_name": "The validated table (schema.table).",
+    "lineage.validation_baselines.fingerprint": "sha256 of the row-level checks, the checked columns' types and the "
+                                                "DuckDB version (another fingerprint: validate every row).",
+    "lineage.validation_baselines.valid_at": "The run time the rows passed at (an earlier run time: validate every row).",
+    "lineage.validation_baselines.hashes": "Row hashes held in lineage.validated_rows for the table (rows since deleted included).",
+    "lineage.validation_baselines.run_id": "The run that validated it.",
+    "lineage.validation_baselines.updated_at": "When the baseline was recorded (UTC).",
+    "lineage.validated_rows.table_name": "The validated table (schema.table).",
+    "lineage.validated_rows.row_hash": "DuckDB hash() of the row's checked columns.",
     "ingest.erasures.erased_at": "When the erasure or retention pass ran (UTC).",
     "ingest.erasures.kind": "session | user (flywheel forget) or retention (the source's retention window).",
     "ingest.erasures.source": "The source whose records were removed (snapshots: kept snapshots' files).",

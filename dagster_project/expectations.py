@@ -45,6 +45,7 @@ last-wins forever. It drops the row for the time that orders a source's last-win
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -57,6 +58,8 @@ ACTIONS = ("warn", "drop", "fail")
 DROP_MOSTLY = 0.95  # a drop check fails the run when more than 5% of the candidate rows offend
 # Kinds whose offending rows are individual rows (uniqueness and table-level checks are not).
 DROPPABLE_KINDS = {"not_null", "in_set", "true", "between", "not_future", "regex"}
+# A derived column computed with a window function looks at other rows: not a row-level check.
+_WINDOW = re.compile(r"\bover\s*\(", re.IGNORECASE)
 
 # Macros the derived columns use (temp, registered by ``validation`` on the connection).
 # ``fwq_norm`` is ``transforms.text.fw_norm`` (NFC, whitespace runs -> one space, trimmed) made
@@ -161,6 +164,12 @@ class Check:
         if self.expr is not None:
             return self.needs
         return (self.column,) if self.column else ()
+
+    @property
+    def row_level(self) -> bool:
+        """Whether a row's outcome depends on that row alone (so a row validated once needs no
+        second look while it is unchanged); uniqueness, counts, means and window expressions do not."""
+        return self.kind in DROPPABLE_KINDS and not (self.expr and _WINDOW.search(self.expr))
 
     def reporting(self) -> "Check":
         return replace(self, action="warn")

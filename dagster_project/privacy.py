@@ -458,6 +458,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
     """Erase one subject from bronze, then ``rebuild()`` (a full refresh that publishes), then
     from every kept snapshot. Raises NothingToErase when no record names the subject."""
     from dagster_project.state import state_connection, writer_lock
+    from dagster_project.validation import forget_baselines
 
     secret = _secret(settings)
     keys = subject_keys(secret, kind, subject_id)
@@ -492,6 +493,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
                 if not resume:
                     c["raw"], c["staging"] = _count(con, f"raw.{name}"), _count(con, f"staging.{name}")
             _scrub_run_log(con, subject_id, values)
+            forget_baselines(con)  # row hashes of the subject's records: recomputed by the next run
         # Until the snapshots are clean, what is needed to finish (a retry of the same command)
         # is kept privately; it names no id, only the subject's HMAC and the linked record ids.
         bronze_mod._atomic_write(pending_file, json.dumps(

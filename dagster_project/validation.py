@@ -1,18 +1,30 @@
 """Run a table's Great Expectations suite (GX 1.x, ephemeral context, suites in code).
 
-How: one DuckDB query selects exactly the columns the suite checks (computing the derived ones,
-see ``expectations``) into a narrow pandas frame; GX validates the whole suite on it in one
-pass (``Batch.validate(suite)``, result format SUMMARY). Schema checks read the DuckDB catalog
-(column presence through GX on a zero-row frame; DuckDB types natively, since pandas cannot see
-them). Sample offending rows (≤ 5, with the table's key and provenance columns) are then fetched
-from DuckDB for the failed checks only, so a million-row table never materialises GX's
-unexpected-index lists (which cost 20–30 s per expectation at 1M rows).
+Validating a changed table costs what is new:
+
+* **Row-level** checks (not null, in set, between, not in the future, regex, roles: a row's
+  outcome depends on that row alone) run through GX on a narrow pandas frame of only the rows
+  not seen by the table's last clean validation: rows whose checked columns hash to a value
+  outside ``lineage.validated_rows``. Old rows passed then and still pass, so GX's counts on the
+  new rows are restated for the whole table (:func:`_restate`) and the result is exactly GX's on
+  every row. No baseline, a check that found offenders, an earlier run time or changed checks:
+  every row, then a new baseline (see :func:`_row_level`).
+* **Table-level** checks (uniqueness, compound uniqueness, row count, KTO class balance, columns
+  derived with window functions such as split leakage) look at every row, in DuckDB SQL (group by
+  / having), reported in GX's terms (:func:`_table_level`; ``tests/test_validation_incremental.py``
+  compares both with GX). Schema checks read the DuckDB catalog.
+* Sample offending rows (≤ 5, with the table's key and provenance columns) are fetched from DuckDB
+  for failed checks only, so GX never materialises unexpected-index lists.
+
+GX is imported when a frame first needs it (a run where nothing is new never imports it); one
+context, data source and batch definition serve the whole process, and GX's per-frame md5
+fingerprint (only a batch label) is switched off. Frames come through Arrow, strings as Arrow
+buffers.
 
 Why not a GX SQL datasource over duckdb-engine: in-process it cannot open the database file the
 pipeline already holds ("Can't open a connection to same database file with a different
 configuration"), and with duckdb 2.0 / duckdb_engine 0.17 GX's ``table.column_types`` metric
-fails on every expectation. The frame route measured ~1 s of GX time per 1M rows for a dozen
-expectations.
+fails on every expectation.
 
 Results are appended to ``ingest.validations`` (``record_validations``); ``enforce`` raises
 ``ValidationFailed`` naming each failed blocking expectation with sample rows. ``apply_drops``
@@ -23,6 +35,7 @@ nothing is dropped for it and its GX result fails the run). Nothing here imports
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -98,6 +111,7 @@ class ValidationReport:
     validated_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     now: datetime | None = None
     seconds: float = 0.0
+    rows_examined: int | None = None  # rows GX looked at (fewer than ``rows`` when validated incrementally)
 
     @property
     def success(self) -> bool:
@@ -177,12 +191,15 @@ def enforce(report: ValidationReport) -> ValidationReport:
 # ---------------------------------------------------------------------------------------------
 
 def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now: datetime | None = None,
-                   db_path: str | None = None, checks: list[Check] | None = None) -> ValidationReport:
+                   db_path: str | None = None, checks: list[Check] | None = None,
+                   incremental: bool = True) -> ValidationReport:
     """Validate ``schema.table`` with its suite (or ``checks``); never raises for failed checks.
 
     ``now`` is the run time "not in the future" compares with (default: the current time;
     a naive value is read as UTC). ``db_path`` is accepted for symmetry with a SQL datasource
     but unused: the frame is built through ``con`` (see the module docstring).
+    ``incremental=False`` ignores the table's baseline and has GX look at every row (the result is
+    the same; see :func:`_row_level`).
     """
     started = time.perf_counter()
     now = _utc(now or datetime.now(timezone.utc))
@@ -196,11 +213,13 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
     for statement in MACROS:  # temp macros: nothing is written to the database
         con.execute(statement)
     quoted = _quote_table(table)
+    rows = int(con.execute(f"select count(*) from {quoted}").fetchone()[0])
     results: dict[int, CheckResult] = {}
-    runnable: list[tuple[int, Check]] = []
+    row_checks: list[tuple[int, Check]] = []
+    whole_checks: list[tuple[int, Check]] = []  # through GX on every row (none in today's suites)
     for i, check in enumerate(suite):
         missing = [c for c in check.required_columns if c not in columns]
-        if check.kind in NATIVE_KINDS:
+        if check.kind in NATIVE_KINDS or check.kind == "columns_present":
             results[i] = _native(check, columns)
         elif missing:
             if check.optional:
@@ -208,33 +227,21 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
             else:
                 results[i] = CheckResult(check, False, "error", observed={"missing_columns": missing},
                                          detail=f"column(s) missing: {', '.join(missing)}")
+        elif check.row_level:
+            row_checks.append((i, check))
+        elif check.kind in TABLE_SQL_KINDS:
+            results[i] = _table_level(con, quoted, check, rows, now)
         else:
-            runnable.append((i, check))
+            whole_checks.append((i, check))
 
-    frame_cols: dict[str, str] = {}
-    for _, check in runnable:
-        if check.kind == "compound_unique":
-            for c in check.columns:
-                frame_cols.setdefault(c, _q(c))
-        elif check.column and check.kind not in SCHEMA_KINDS and check.kind != "row_count":
-            frame_cols.setdefault(check.column, check.expr or _q(check.column))
-    frame = None
-    rows = int(con.execute(f"select count(*) from {quoted}").fetchone()[0])
-    if frame_cols:
-        frame, broken = _frame(con, quoted, frame_cols)
-        for i, check in list(runnable):
-            names = check.columns if check.kind == "compound_unique" else (check.column,)
-            errors = [broken[n] for n in names if n in broken]
-            if errors:  # e.g. a column of the wrong type: the check errs, the others still run
-                results[i] = CheckResult(check, False, "error", detail=f"cannot evaluate: {errors[0]}")
-                runnable.remove((i, check))
-        if not len(frame.columns):
-            frame = None
-    schema_frame = con.execute(f"select * from {quoted} limit 0").df()
-
-    if runnable:
-        with _GX_LOCK:  # one shared in-memory context per process
-            results.update(_run_gx(table, run_id, runnable, frame, schema_frame, rows, now))
+    examined = 0
+    if whole_checks:
+        results.update(_gx_on_frame(con, table, run_id, quoted, whole_checks, rows, now))
+        examined = rows
+    if row_checks:
+        found, examined_rows = _row_level(con, table, quoted, columns, row_checks, rows, run_id, now, incremental)
+        results.update(found)
+        examined = max(examined, examined_rows)
 
     for i, result in results.items():
         if result.status == "failed" and result.check.kind not in SCHEMA_KINDS | {"row_count", "mean_between"}:
@@ -242,66 +249,346 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
                 result.samples = _samples(con, table, columns, result.check, now)
             except duckdb.Error as exc:  # never let sampling hide the failure itself
                 result.detail = f"could not fetch sample rows: {exc}"
-        if result.check.kind == "mean_between" and result.status != "error" and frame is not None:
-            result.observed = _balance(frame, result.check, result.observed)
 
     ordered = [results[i] for i in range(len(suite))]
     _note_exclusions(con, table, run_id, ordered)
-    return ValidationReport(table, run_id, rows, ordered, now=now, seconds=time.perf_counter() - started)
+    return ValidationReport(table, run_id, rows, ordered, now=now, seconds=time.perf_counter() - started,
+                            rows_examined=examined)
 
 
-def _frame(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str]):
+# ---------------------------------------------------------------------------------------------
+# Row-level checks: GX on the rows not validated before
+# ---------------------------------------------------------------------------------------------
+
+BASELINES = "lineage.validation_baselines"
+VALIDATED_ROWS = "lineage.validated_rows"
+# Bump when what a baseline means changes (the hash, the result arithmetic): every table is then
+# validated whole once.
+BASELINE_SCHEME = "1"
+
+
+def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns: dict[str, str],
+               checks: list[tuple[int, Check]], rows: int, run_id: str, now: datetime,
+               incremental: bool) -> tuple[dict[int, CheckResult], int]:
+    """Row-level checks (not null, in set, between, regex, roles...): GX on the new rows only.
+
+    A row's outcome depends on its own values alone, so a row whose checked columns hash to a
+    row the previous validation saw, when that validation found no offender for any of these
+    checks, cannot offend now: GX looks only at the other rows (appended or replaced), and the
+    counts are restated for the whole table (old rows contribute no offender), so the result
+    equals GX's on every row. The baseline is the set of 64-bit hashes of the checked columns of
+    every row of the last clean validation (``lineage.validated_rows``) with a fingerprint of the
+    checks, the column types and the DuckDB and GX versions (``hash`` is not stable across
+    versions), and the run time it was valid at: "not in the future" only gets looser as time
+    passes, so an earlier ``now`` validates whole. Anything else (no or another baseline, a check
+    that found offenders, a ``mostly`` below 1, a view) validates every row and, when clean,
+    records the baseline for the next time. A 64-bit collision between a new offending row and an old row
+    would hide it: about n_old × n_new / 2^64 (5e-10 for 10^6 × 10^4).
+    """
+    needed = sorted({c for _, check in checks for c in check.required_columns})
+    fingerprint = hashlib.sha256(json.dumps(
+        [BASELINE_SCHEME, duckdb.__version__, _gx_version(), [repr(c) for _, c in checks],
+         [(c, columns[c]) for c in needed]], default=str).encode()).hexdigest()
+    keep = bool(needed) and all(c.gx_mostly == 1.0 for _, c in checks) and _is_table(con, table)
+    baseline = _baseline(con, table) if keep and incremental else None
+    use = baseline is not None and baseline[0] == fingerprint and baseline[1] <= now
+    where = ""
+    if keep:
+        con.execute(f"create or replace temp table _fw_rows as select rowid as rid, "
+                    f"hash({', '.join(_q(c) for c in needed)}) as h from {quoted}")
+    if use:
+        con.execute(f"create or replace temp table _fw_new as select rid from _fw_rows anti join "
+                    f"(select row_hash from {VALIDATED_ROWS} where table_name = ?) v on h = v.row_hash", [table])
+        where = " where rowid in (select rid from _fw_new) order by rowid"
+    examined = int(con.execute("select count(*) from _fw_new").fetchone()[0]) if use else rows
+
+    results: dict[int, CheckResult] = {}
+    if examined or not use:
+        results.update(_gx_on_frame(con, table, run_id, quoted, checks, rows, now, where=where,
+                                    restate=(lambda check, detail: _restate(con, quoted, check, detail, rows))
+                                    if use else None))
+    else:  # nothing new: the old rows passed and still pass
+        present = _any_non_null(con, quoted, [c for _, c in checks if c.kind != "not_null"])
+        for i, check in checks:
+            detail = _restate(con, quoted, check, {"unexpected_count": 0, "element_count": 0,
+                                                   "unexpected_percent": 0.0 if present.get(check.name) else None},
+                              rows)
+            results[i] = _from_detail(check, detail["success"], detail, now)
+
+    if keep:
+        clean = all(results[i].status == "passed" and not results[i].unexpected_count for i, _ in checks)
+        if not clean:
+            _store_baseline(con, table, None, now, run_id)
+        elif not use:
+            _store_baseline(con, table, fingerprint, now, run_id)
+        elif examined:
+            _store_baseline(con, table, fingerprint, now, run_id, add_only=True, rows=rows)
+        # else: nothing new, the baseline still holds (as of its own, earlier run time)
+        con.execute("drop table if exists _fw_new")
+        con.execute("drop table if exists _fw_rows")
+    return results, examined
+
+
+def _gx_version() -> str:
+    from importlib.metadata import version
+
+    return version("great_expectations")  # without importing GX (2 s)
+
+
+def _restate(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, detail: dict, rows: int) -> dict:
+    """A GX map result on the new rows, restated for the whole table (whose old rows all passed).
+
+    GX's arithmetic (``expectation._format_map_output``): the percentage is of the non-null rows
+    (of all rows for ``not_null``), ``None`` when there are none; success is vacuous then.
+    """
+    unexpected = int(detail.get("unexpected_count") or 0)
+    if check.kind == "not_null":
+        nonnull = None
+    elif not unexpected and detail.get("unexpected_percent") is not None:
+        nonnull = 1  # some new row is non-null; the exact count cannot change 0 %
+    elif not unexpected:
+        nonnull = int(con.execute(f"select exists (select 1 from {quoted} where ({check.expr or _q(check.column)}) "
+                                  f"is not null)::int").fetchone()[0])
+    else:
+        nonnull = int(con.execute(f"select count({check.expr or _q(check.column)}) from {quoted}").fetchone()[0])
+    success, counts = _map_outcome(rows, nonnull, unexpected, check.gx_mostly)
+    return {**detail, **counts, "success": success}
+
+
+def _map_outcome(total: int, nonnull: int | None, unexpected: int, mostly: float) -> tuple[bool, dict]:
+    """GX's map-expectation success and counts; ``nonnull`` None: every row counts (``not_null``)."""
+    if nonnull is None:
+        success = total == 0 or (total - unexpected) / total >= mostly
+        percent = unexpected / total * 100 if total else None
+    else:
+        success = total == 0 or nonnull == 0 or (nonnull - unexpected) / nonnull >= mostly
+        percent = unexpected / nonnull * 100 if total and nonnull else None
+    return success, {"element_count": total, "unexpected_count": unexpected, "unexpected_percent": percent}
+
+
+def _is_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """A base table (a view has no rowid: it is validated whole). A catalog lookup, not a failing
+    query: an error would abort the caller's transaction."""
+    schema, _, name = table.rpartition(".")
+    return bool(con.execute("select exists (select 1 from duckdb_tables() where table_name = ? "
+                            "and (? = '' or schema_name = ?))", [name, schema, schema]).fetchone()[0])
+
+
+def forget_baselines(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop every validation baseline (erasure: the row hashes are derived from personal data);
+    the next validation of each table looks at every row and records a fresh one."""
+    con.execute(f"drop table if exists {VALIDATED_ROWS}")
+    con.execute(f"drop table if exists {BASELINES}")
+
+
+def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Check]) -> dict[str, bool]:
+    """Per check: does any row hold a non-null checked value (GX's percentage is ``None`` if not)?"""
+    if not checks:
+        return {}
+    found = con.execute("select " + ", ".join(
+        f"exists (select 1 from {quoted} where ({c.expr or _q(c.column)}) is not null)" for c in checks)).fetchone()
+    return {c.name: bool(x) for c, x in zip(checks, found)}
+
+
+def _ensure_baselines(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("create schema if not exists lineage")  # private: never published (snapshot.WAREHOUSE_SCHEMAS)
+    con.execute(f"create table if not exists {BASELINES} (table_name varchar primary key, fingerprint varchar not null, "
+                f"valid_at timestamptz not null, hashes bigint, run_id varchar, updated_at timestamptz)")
+    con.execute(f"create table if not exists {VALIDATED_ROWS} (table_name varchar not null, row_hash ubigint not null)")
+
+
+def _baseline(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, datetime] | None:
+    if not _is_table(con, BASELINES):  # never validated here
+        return None
+    row = con.execute(f"select fingerprint, valid_at from {BASELINES} where table_name = ?", [table]).fetchone()
+    return (row[0], _utc(row[1])) if row else None
+
+
+def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str | None, now: datetime,
+                    run_id: str, *, add_only: bool = False, rows: int = 0) -> None:
+    """Record the hashes of ``_fw_rows`` as validated at ``now`` (``fingerprint`` None: forget them).
+
+    ``add_only``: only the new rows' hashes (``_fw_new``) are added. A hash left by a row since
+    deleted is still sound (that content passed), so the set is rewritten only when such hashes
+    outnumber the table's rows. No transaction of its own (the caller may hold one): the
+    baseline's row is deleted first and inserted last, so an interruption anywhere leaves no
+    baseline (the next validation looks at every row), never one that claims too much.
+    """
+    if fingerprint is None and _baseline(con, table) is None:
+        return
+    _ensure_baselines(con)
+    con.execute(f"delete from {BASELINES} where table_name = ?", [table])
+    stored = 0
+    if add_only:
+        con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, r.h from _fw_rows r "
+                    f"semi join _fw_new n on r.rid = n.rid", [table])
+        stored = int(con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?",
+                                 [table]).fetchone()[0])
+    if not add_only or stored > 2 * rows + 1000:
+        con.execute(f"delete from {VALIDATED_ROWS} where table_name = ?", [table])
+        if fingerprint is not None:
+            con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows", [table])
+    if fingerprint is not None:
+        hashes = con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?", [table]).fetchone()[0]
+        con.execute(f"insert into {BASELINES} values (?, ?, ?, ?, ?, now())", [table, fingerprint, now, hashes, run_id])
+
+
+# ---------------------------------------------------------------------------------------------
+# Table-level checks: DuckDB SQL over the whole table, in GX's terms
+# ---------------------------------------------------------------------------------------------
+
+TABLE_SQL_KINDS = {"unique", "compound_unique", "row_count", "mean_between", "between", "true", "not_null"}
+
+
+def _table_level(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, rows: int, now: datetime) -> CheckResult:
+    """Uniqueness, compound uniqueness, row count, mean and window-derived columns, as GX reports them.
+
+    GX (pandas) semantics: ``unique`` counts every non-null row whose value occurs twice or more
+    (``duplicated(keep=False)``), of the non-null rows; ``compound_unique`` the same over the rows
+    where not every column is null (``ignore_row_if="all_values_are_missing"``), nulls equal to
+    each other; a mean of no values fails with observed ``None``.
+    """
+    k = check.kind
+    value = check.expr or (_q(check.column) if check.column else "null")
+    try:
+        if k == "row_count":
+            ok = ((check.min_value is None or rows >= check.min_value)
+                  and (check.max_value is None or rows <= check.max_value))
+            return _from_detail(check, ok, {"observed_value": rows}, now)
+        if k == "mean_between":
+            mean, n_true, n_false = con.execute(
+                f"select avg(__v)::double, coalesce(count_if(__v = 1), 0), coalesce(count_if(__v = 0), 0) "
+                f"from (select {value} as __v from {quoted})").fetchone()
+            ok = (mean is not None and (check.min_value is None or mean >= check.min_value)
+                  and (check.max_value is None or mean <= check.max_value))
+            result = _from_detail(check, ok, {"observed_value": mean}, now)
+            result.observed = _balance(check, mean, int(n_true), int(n_false))
+            return result
+        if k == "compound_unique":
+            cols = ", ".join(_q(c) for c in check.columns)
+            all_null = " and ".join(f"{_q(c)} is null" for c in check.columns)
+            nonnull, unexpected = con.execute(
+                f"select coalesce(sum(n), 0)::bigint, coalesce(sum(n) filter (where n > 1), 0)::bigint from "
+                f"(select count(*) as n from {quoted} where not ({all_null}) group by {cols})").fetchone()
+        elif k == "unique":
+            nonnull, unexpected = con.execute(
+                f"select coalesce(sum(n), 0)::bigint, coalesce(sum(n) filter (where n > 1), 0)::bigint from "
+                f"(select count(*) as n from (select {value} as __v from {quoted}) where __v is not null "
+                f"group by __v)").fetchone()
+        else:  # a row-wise kind over a derived column that looks at other rows (window)
+            predicate, _ = _offending(check, now)
+            nonnull, unexpected = con.execute(
+                f"with base as (select {value} as __v from {quoted}) "
+                f"select count(__v), count(*) filter (where {predicate}) from base").fetchone()
+    except duckdb.Error as exc:  # e.g. a column of the wrong type: the check errs, the others still run
+        return CheckResult(check, False, "error", detail=f"cannot evaluate: {str(exc).splitlines()[0][:300]}")
+    success, detail = _map_outcome(rows, None if k == "not_null" else int(nonnull), int(unexpected),
+                                   check.gx_mostly)
+    return _from_detail(check, success, detail, now)
+
+
+# ---------------------------------------------------------------------------------------------
+# GX
+# ---------------------------------------------------------------------------------------------
+
+def _gx_on_frame(con: duckdb.DuckDBPyConnection, table: str, run_id: str, quoted: str,
+                 checks: list[tuple[int, Check]], rows: int, now: datetime, *, where: str = "",
+                 restate=None) -> dict[int, CheckResult]:
+    """GX on a frame of exactly the columns ``checks`` read (the rows ``where`` selects)."""
+    frame_cols: dict[str, str] = {}
+    for _, check in checks:
+        if check.kind == "compound_unique":
+            for c in check.columns:
+                frame_cols.setdefault(c, _q(c))
+        elif check.column:
+            frame_cols.setdefault(check.column, check.expr or _q(check.column))
+    frame, broken = _frame(con, quoted, frame_cols, where)
+    if not len(frame.columns):  # only table-level checks: GX needs some frame with the right row count
+        import pandas as pd
+
+        frame = pd.DataFrame({"__row": range(rows)})
+    results: dict[int, CheckResult] = {}
+    runnable = []
+    for i, check in checks:
+        if (check.column or "") in broken:  # e.g. a column of the wrong type: the check errs, the others still run
+            results[i] = CheckResult(check, False, "error", detail=f"cannot evaluate: {broken[check.column]}")
+        else:
+            runnable.append((i, check))
+    if runnable:
+        with _GX_LOCK:  # one shared in-memory context per process
+            outcomes = _run_gx(table, run_id, runnable, frame, now)
+        for i, check in runnable:
+            outcome = outcomes.get(i)
+            result = _result(check, outcome, now)
+            if restate is not None and result.status in ("passed", "failed"):
+                detail = restate(check, dict(outcome.result or {}))
+                result = _from_detail(check, detail["success"], detail, now)
+            results[i] = result
+    return results
+
+
+def _frame(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str], where: str = ""):
     """The columns GX checks, in one query; if it fails, column by column to isolate the culprit."""
+    import pandas as pd
+
+    if not columns:
+        return pd.DataFrame(), {}
     select = ", ".join(f"{expr} as {_q(name)}" for name, expr in columns.items())
     try:
-        return con.execute(f"select {select} from {quoted}").df(), {}
+        return _pandas(con, f"select {select} from {quoted}{where}"), {}
     except duckdb.Error:
         pass
-    import pandas as pd
 
     parts, broken = {}, {}
     for name, expr in columns.items():
         try:
-            parts[name] = con.execute(f"select {expr} as {_q(name)} from {quoted}").df()[name]
+            parts[name] = _pandas(con, f"select {expr} as {_q(name)} from {quoted}{where}")[name]
         except duckdb.Error as exc:
             broken[name] = str(exc).splitlines()[0][:300]
     return pd.DataFrame(parts), broken
 
 
-def _run_gx(table: str, run_id: str, checks: list[tuple[int, Check]], frame, schema_frame, rows: int,
-            now: datetime) -> dict[int, CheckResult]:
+def _pandas(con: duckdb.DuckDBPyConnection, sql: str):
+    """The result as pandas, dtype for dtype what ``.df()`` gives, but through Arrow: strings stay
+    Arrow buffers (pandas' ``str`` dtype) instead of being copied one Python object at a time
+    (2-3x faster on text columns)."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    # con.sql, not con.execute: Arrow from a DB-API result is one more copy of the rows. It refuses
+    # to run while an earlier execute() result is unread: complete() runs that to its end.
+    con.complete()
+    table = con.sql(sql).to_arrow_table()
+    string = pd.StringDtype("pyarrow", na_value=np.nan)
+    columns = {}
+    for name, column in zip(table.column_names, table.columns):
+        t = column.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            columns[name] = column.to_pandas(types_mapper=lambda _: string)
+        elif pa.types.is_integer(t) and column.null_count:  # .df(): nullable Int64, not float64
+            columns[name] = column.to_pandas(types_mapper=lambda x: pd.api.types.pandas_dtype(
+                str(x).replace("uint", "UInt").replace("int", "Int")))
+        elif pa.types.is_date(t):  # .df(): datetime64, not datetime.date objects
+            columns[name] = column.cast(pa.timestamp("us")).to_pandas()
+        else:
+            columns[name] = column.to_pandas()
+    return pd.DataFrame(columns) if columns else pd.DataFrame(index=range(table.num_rows))
+
+
+def _run_gx(table: str, run_id: str, checks: list[tuple[int, Check]], frame, now: datetime) -> dict[int, Any]:
+    """GX's validation result per check index, the suite run in one pass over ``frame``."""
     import great_expectations as gx
 
-    context = _context()
-    name = f"fw_{abs(hash((table, run_id, time.perf_counter_ns())))}"
-    source = context.data_sources.add_pandas(name)
-    try:
-        data_checks = [(i, c) for i, c in checks if c.kind not in SCHEMA_KINDS]
-        schema_checks = [(i, c) for i, c in checks if c.kind in SCHEMA_KINDS]
-        out: dict[int, CheckResult] = {}
-        for part, df in ((data_checks, frame), (schema_checks, schema_frame)):
-            if not part:
-                continue
-            if df is None:  # only table-level checks: GX needs some frame with the right row count
-                import pandas as pd
-
-                df = pd.DataFrame({"__row": range(rows)})
-            asset = source.add_dataframe_asset(name=f"a{len(out)}_{id(df)}")
-            batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(
-                batch_parameters={"dataframe": df})
-            suite = gx.ExpectationSuite(name=f"{table}:{run_id}",
-                                        expectations=[_expectation(c, i, now) for i, c in part])
-            validated = batch.validate(suite, result_format={"result_format": "SUMMARY",
-                                                             "partial_unexpected_count": SAMPLE_ROWS})
-            by_index = {int(r.expectation_config.meta["check"]): r for r in validated.results}
-            for i, check in part:
-                out[i] = _result(check, by_index.get(i), now)
-        return out
-    finally:
-        context.data_sources.delete(name)
+    batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
+    suite = gx.ExpectationSuite(name=f"{table}:{run_id}", expectations=[_expectation(c, i, now) for i, c in checks])
+    validated = batch.validate(suite, result_format={"result_format": "SUMMARY",
+                                                     "partial_unexpected_count": SAMPLE_ROWS})
+    return {int(r.expectation_config.meta["check"]): r for r in validated.results}
 
 
 _CONTEXT = None
+_BATCH_DEFINITION = None
 _GX_LOCK = threading.Lock()
 
 
@@ -312,7 +599,11 @@ def _context():
         import great_expectations as gx
         from great_expectations.data_context.types.base import (DataContextConfig, InMemoryStoreBackendDefaults,
                                                                  ProgressBarsConfig)
+        from great_expectations.execution_engine import pandas_execution_engine
 
+        # GX fingerprints every in-memory frame below this size (md5 over hash_pandas_object, 3.4 s
+        # per 1M-row run) only to label the batch (``batch_markers``); nothing here reads it.
+        pandas_execution_engine.HASH_THRESHOLD = 0
         config = DataContextConfig(
             store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
             analytics_enabled=False,
@@ -320,6 +611,16 @@ def _context():
         )
         _CONTEXT = gx.get_context(mode="ephemeral", project_config=config)
     return _CONTEXT
+
+
+def _batch_definition():
+    """One pandas data source, asset and whole-frame batch definition per process, reused for every
+    frame (adding and deleting a data source per table re-serialised the context config each time)."""
+    global _BATCH_DEFINITION
+    if _BATCH_DEFINITION is None:
+        source = _context().data_sources.add_pandas("flywheel")
+        _BATCH_DEFINITION = source.add_dataframe_asset(name="frame").add_batch_definition_whole_dataframe("whole")
+    return _BATCH_DEFINITION
 
 
 def _expectation(check: Check, index: int, now: datetime):
@@ -367,8 +668,11 @@ def _result(check: Check, outcome, now: datetime) -> CheckResult:
     if raised:
         message = str(raised[0].get("exception_message") or "exception")
         return CheckResult(check, False, "error", detail=f"GX raised: {message[:500]}")
-    detail = outcome.result or {}
-    success = bool(outcome.success)
+    return _from_detail(check, bool(outcome.success), outcome.result or {}, now)
+
+
+def _from_detail(check: Check, success: bool, detail: dict, now: datetime) -> CheckResult:
+    """A CheckResult from GX's result dict (or one computed in GX's terms)."""
     unexpected = int(detail.get("unexpected_count") or 0)
     element_count = detail.get("element_count")
     if "observed_value" in detail:
@@ -389,6 +693,9 @@ def _result(check: Check, outcome, now: datetime) -> CheckResult:
 
 
 def _native(check: Check, columns: dict[str, str]) -> CheckResult:
+    if check.kind == "columns_present":  # as GX's expect_table_columns_to_match_set (exact_match=False)
+        missing = sorted(str(c) for c in set(check.columns) - set(columns))
+        return CheckResult(check, not missing, "passed" if not missing else "failed", {"missing": missing}, 0)
     if check.kind == "column_types":
         wrong = {c: columns.get(c, "<missing>") for c, t in check.types
                  if _norm_type(columns.get(c, "")) != _norm_type(t)}
@@ -403,13 +710,10 @@ def _native(check: Check, columns: dict[str, str]) -> CheckResult:
     raise ValueError(check.kind)
 
 
-def _balance(frame, check: Check, observed) -> dict:
+def _balance(check: Check, mean: float | None, n_true: int, n_false: int) -> dict:
     """KTO class balance: the mean (share of desirable) plus counts and the true:false ratio."""
-    series = frame[check.column].dropna()
-    n_true = int((series == 1).sum())
-    n_false = int((series == 0).sum())
     return {
-        "desirable_share": observed if not isinstance(observed, dict) else (n_true / (n_true + n_false) if n_true + n_false else None),
+        "desirable_share": mean,
         "true": n_true,
         "false": n_false,
         "true_to_false_ratio": round(n_true / n_false, 6) if n_false else None,

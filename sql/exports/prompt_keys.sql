@@ -1,0 +1,29 @@
+-- What sft, kto and dpo need per labelled interaction that is costly to compute, computed once
+-- per interaction version and kept between builds in lineage.prompt_keys (private, never
+-- published): one row per interaction whose final label is positive or negative.
+--   prompt_hash   sha256(fw_norm(input_text)): the split key (fw_split_hash)
+--   prompt_group  sha256(norm prompt || chr(0) || norm context): the DPO group as published;
+--                 (prompt_group, prompt_hash) determines (norm prompt, norm context)
+--   has_system    fw_norm(context) <> '': the prompt starts with a system message
+--   id_hash       sha256(id): DPO's deterministic order
+-- $all: every labelled interaction, else only those in fw_touched_interactions.
+with labelled as (
+    select
+        i.id,
+        i.session_id,
+        fw_norm(i.input_text) as norm_prompt,
+        fw_norm(i.context) as norm_context
+    from staging.interactions as i
+    join marts.interaction_labels as l on l.interaction_id = i.id
+    where l.label in ('positive', 'negative')
+        and ($all or i.id in (select key from fw_touched_interactions))
+)
+
+select
+    id,
+    sha256(norm_prompt) as prompt_hash,
+    sha256(norm_prompt || chr(0) || norm_context) as prompt_group,
+    norm_context <> '' as has_system,
+    sha256(id) as id_hash,
+    fw_session_pseudonym(session_id) as session_pseudonym
+from labelled

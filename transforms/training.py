@@ -35,7 +35,7 @@ EXPORTS = ("sft", "kto", "dpo", "weighted")
 PROMPT_KEYS = "lineage.prompt_keys"
 # What the last build consumed of staging.weighted_examples: a hash of each whole row.
 WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
-WEIGHTED_HASH = "hash(columns(*))"
+WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
 
 # The public contract (SPEC 5), in order; extra provenance columns follow in each table.
 PUBLIC_COLUMNS = {
@@ -124,18 +124,18 @@ def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None
     for name in EXPORTS:
         run_sql(con, f"exports/{name}", whole)
     con.execute(f"create or replace table {WEIGHTED_INPUTS} as "
-                f"select content_hash, {WEIGHTED_HASH} as h from staging.weighted_examples")
+                f"select content_hash, {WEIGHTED_HASH} as h from staging.weighted_examples as w")
 
 
 def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str) -> None:
     """Delete and recompute the touched interactions, weighted examples and DPO groups."""
     delta.temp_keys(con, "fw_touched_interactions", changes)
     delta.temp_keys(con, "fw_touched_weighted", f"""
-        (select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples
+        (select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w
          except select content_hash, h from {WEIGHTED_INPUTS})
         union all
         (select content_hash, h from {WEIGHTED_INPUTS}
-         except select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples)""")
+         except select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w)""")
     touched = "in (select key from fw_touched_interactions)"
     weighted = "in (select key from fw_touched_weighted)"
     # a touched interaction's DPO groups: the one it was in and the one it is in now
@@ -154,7 +154,7 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
         insert_sql(con, f"exports/{name}", part)
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
-                f"from staging.weighted_examples where content_hash {weighted}")
+                f"from staging.weighted_examples as w where content_hash {weighted}")
 
 
 def kto_balance(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

@@ -43,11 +43,18 @@ with labelled as (
                                          - to_days($interactions_retention_days::integer)))
 ),
 
--- one representative per distinct response text and side: a group by, not a window
-responses as (
-    select unnest(min_by(labelled, (id_hash, id)))
+-- one representative per distinct response text and side (sha256 of distinct ids differ, so
+-- the smallest id_hash names one interaction): a group by, not a window over every row
+representatives as (
+    select min(id_hash) as id_hash
     from labelled
     group by prompt_group, prompt_hash, label, encode(output_text)
+),
+
+responses as (
+    select *
+    from labelled
+    where id_hash in (select id_hash from representatives)
 ),
 
 candidates as (

@@ -116,6 +116,8 @@ def build_training_sets(
 
 
 def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+    _drop_fw_interactions(con)
+    con.execute("create temp view fw_interactions as select * from staging.interactions")
     delta.temp_keys(con, "fw_touched_interactions")
     delta.temp_keys(con, "fw_touched_weighted")
     delta.temp_keys(con, "fw_touched_groups")
@@ -125,6 +127,13 @@ def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None
         run_sql(con, f"exports/{name}", whole)
     con.execute(f"create or replace table {WEIGHTED_INPUTS} as "
                 f"select content_hash, {WEIGHTED_HASH} as h from staging.weighted_examples as w")
+
+
+def _drop_fw_interactions(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the temp view or table ``fw_interactions`` of an earlier build on this connection."""
+    if con.execute("select count(*) from duckdb_views() where temporary and view_name = 'fw_interactions'").fetchone()[0]:
+        con.execute("drop view temp.main.fw_interactions")
+    con.execute("drop table if exists temp.main.fw_interactions")
 
 
 def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str) -> None:
@@ -138,6 +147,10 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
          except select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w)""")
     touched = "in (select key from fw_touched_interactions)"
     weighted = "in (select key from fw_touched_weighted)"
+    # Staging is read twice, not once per table: the touched rows, then the other members of
+    # their DPO groups (the SQL reads fw_interactions).
+    _drop_fw_interactions(con)
+    con.execute(f"create temp table fw_interactions as select * from staging.interactions where id {touched}")
     # a touched interaction's DPO groups: the one it was in and the one it is in now
     con.execute(f"create or replace temp table fw_touched_groups as "
                 f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
@@ -145,6 +158,9 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     part = {**params, "all": False}
     insert_sql(con, "exports/prompt_keys", part, table=PROMPT_KEYS)
     con.execute(f"insert into fw_touched_groups select prompt_group from {PROMPT_KEYS} where id {touched}")
+    con.execute(f"""insert into fw_interactions select * from staging.interactions where id in (
+        select id from {PROMPT_KEYS} where prompt_group in (select key from fw_touched_groups)
+        and id not {touched})""")
     con.execute(f"delete from exports.sft where interaction_id {touched}")
     con.execute(f"delete from exports.kto where (origin = 'interaction' and example_id {touched}) "
                 f"or (origin <> 'interaction' and example_id {weighted})")

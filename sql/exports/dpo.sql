@@ -19,7 +19,8 @@
 -- Retention as for sft (interactions, relative to $as_of).
 -- A group is (prompt_group, prompt_hash) from lineage.prompt_keys, which determines the
 -- normalised prompt and context. $all: every group, else only groups in fw_touched_groups
--- (an incremental build deletes and re-inserts whole groups).
+-- (an incremental build deletes and re-inserts whole groups). fw_interactions:
+-- staging.interactions (a temp view), or the rows an incremental build needs.
 with labelled as (
     select
         i.id,
@@ -33,7 +34,7 @@ with labelled as (
         k.prompt_hash,
         k.has_system,
         k.id_hash
-    from staging.interactions as i
+    from fw_interactions as i
     join marts.interaction_labels as l on l.interaction_id = i.id
     join lineage.prompt_keys as k on k.id = i.id
     where l.label in ('positive', 'negative')

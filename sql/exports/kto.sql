@@ -7,9 +7,10 @@
 -- (NULL keeps all; weighted queue lines without a timestamp are always kept).
 -- $all: every row, else only interactions in fw_touched_interactions and weighted examples in
 -- fw_touched_weighted. Interactions' split and pseudonym come from lineage.prompt_keys.
+-- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 with labelled as (
     select i.*, l.label, k.prompt_hash, k.has_system, k.session_pseudonym
-    from staging.interactions as i
+    from fw_interactions as i
     join marts.interaction_labels as l on l.interaction_id = i.id
     join lineage.prompt_keys as k on k.id = i.id
     where l.label in ('positive', 'negative')

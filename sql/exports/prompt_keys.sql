@@ -6,6 +6,7 @@
 --                 (prompt_group, prompt_hash) determines (norm prompt, norm context)
 --   has_system    fw_norm(context) <> '': the prompt starts with a system message
 --   id_hash       sha256(id): DPO's deterministic order
+-- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 -- $all: every labelled interaction, else only those in fw_touched_interactions.
 with labelled as (
     select
@@ -13,7 +14,7 @@ with labelled as (
         i.session_id,
         fw_norm(i.input_text) as norm_prompt,
         fw_norm(i.context) as norm_context
-    from staging.interactions as i
+    from fw_interactions as i
     join marts.interaction_labels as l on l.interaction_id = i.id
     where l.label in ('positive', 'negative')
         and ($all or i.id in (select key from fw_touched_interactions))

@@ -5,6 +5,7 @@
 -- sample_weight, split, interaction_id), then provenance.
 -- Retention: interactions at or after ($as_of 00:00 UTC - $interactions_retention_days days);
 -- NULL keeps all. $all: every interaction, else only those in fw_touched_interactions.
+-- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 with labelled as (
     select
         i.*,
@@ -14,7 +15,7 @@ with labelled as (
         k.prompt_hash,
         k.has_system,
         k.session_pseudonym
-    from staging.interactions as i
+    from fw_interactions as i
     join marts.interaction_labels as l on l.interaction_id = i.id
     join lineage.prompt_keys as k on k.id = i.id
     where l.label = 'positive'

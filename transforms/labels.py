@@ -92,6 +92,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
                      and delta.has_fingerprints(con, "raw.feedback"))
     feedback_seq, feedback_rows = con.execute(
         "select coalesce(max(observed_seq), -1), count(*) from raw.feedback").fetchone()
+    interactions_seq = con.execute("select coalesce(max(observed_seq), -1) from raw.interactions").fetchone()[0]
     usable = (state is not None and fingerprinted
               and all(table_exists(con, t) for t in ("marts.interaction_labels", "marts.orphan_feedback",
                                                      LABEL_INPUTS, LABEL_BUILDS))
@@ -101,15 +102,10 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     con.execute("begin transaction")
     try:
         if usable:
-            touched = delta.temp_keys(con, "fw_touched_interactions", f"""
-                (select id as key, {delta.FINGERPRINT} as fp from staging.interactions
-                 except select id, fp from {LABEL_INPUTS})
-                union all
-                (select id, fp from {LABEL_INPUTS}
-                 except select id as key, {delta.FINGERPRINT} as fp from staging.interactions)
-                union all
-                select record_id, null from raw.feedback where observed_seq > $seq""",
-                {"seq": state["feedback_seq"]})
+            _touched_interactions(con, state)
+            con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
+                        "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
+                        [state["feedback_seq"]])
             scope = "in (select key from fw_touched_interactions)"
             con.execute(f"delete from marts.interaction_labels where interaction_id {scope}")
             con.execute(f"delete from marts.orphan_feedback where record_id {scope}")
@@ -125,7 +121,8 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             con.execute(f"create or replace table {LABEL_INPUTS} as "
                         f"select id, {delta.FINGERPRINT} as fp from staging.interactions")
         _log_build(con, full=not usable)
-        delta.save(con, "labels", key, {"feedback_seq": feedback_seq, "feedback_rows": feedback_rows})
+        delta.save(con, "labels", key, {"feedback_seq": feedback_seq, "feedback_rows": feedback_rows,
+                                        "interactions_seq": interactions_seq})
         counts = {t: con.execute(f"select count(*) from {t}").fetchone()[0]
                   for t in ("marts.interaction_labels", "marts.orphan_feedback")}
         con.execute("commit")
@@ -135,17 +132,47 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     return counts
 
 
+def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> None:
+    """``fw_touched_interactions``: the interactions whose staging row is new, changed or gone.
+
+    Fast path: the rows loaded since the last build (``observed_seq`` above its watermark) are
+    the new versions; when the count and fingerprint sum of staging equal what the last build
+    read with exactly those rows replaced, nothing else changed. Otherwise (an identity dropped
+    from staging by a drop expectation, or back) every fingerprint is compared.
+    """
+    con.execute(f"create or replace temp table fw_new_rows as select id, {delta.FINGERPRINT} as fp "
+                "from staging.interactions where observed_seq > ?", [state.get("interactions_seq", -1)])
+    before = latest_label_build(con)
+    replaced = con.execute(f"select count(*), coalesce(sum(fp), 0) from {LABEL_INPUTS} "
+                           "where id in (select id from fw_new_rows)").fetchone()
+    new = con.execute("select count(*), coalesce(sum(fp), 0) from fw_new_rows").fetchone()
+    now = con.execute(f"select count(*), coalesce(sum({delta.FINGERPRINT}), 0) from staging.interactions").fetchone()
+    if (before is not None and before.get("inputs_rows") is not None
+            and now[0] == before["inputs_rows"] - replaced[0] + new[0]
+            and int(now[1]) == int(before["inputs_sum"]) - int(replaced[1]) + int(new[1])):
+        delta.temp_keys(con, "fw_touched_interactions", "select id as key from fw_new_rows")
+        return
+    delta.temp_keys(con, "fw_touched_interactions", f"""
+        (select id as key, {delta.FINGERPRINT} as fp from staging.interactions
+         except select id, fp from {LABEL_INPUTS})
+        union all
+        (select id, fp from {LABEL_INPUTS}
+         except select id as key, {delta.FINGERPRINT} as fp from staging.interactions)""")
+
+
 def _log_build(con: duckdb.DuckDBPyConnection, *, full: bool) -> None:
     """Append this build to ``lineage.label_builds`` (and its touched ids to ``label_changes``)."""
-    con.execute(f"create table if not exists {LABEL_BUILDS} (seq bigint, build varchar, whole boolean, "
-                "inputs_sum varchar)")
-    con.execute(f"create table if not exists {LABEL_CHANGES} (seq bigint, interaction_id varchar)")
-    seq = con.execute(f"select coalesce(max(seq), 0) + 1 from {LABEL_BUILDS}").fetchone()[0]
-    inputs_sum = con.execute(f"select coalesce(sum(fp), 0)::varchar from {LABEL_INPUTS}").fetchone()[0]
-    con.execute(f"insert into {LABEL_BUILDS} values (?, ?, ?, ?)", [seq, uuid.uuid4().hex, full, inputs_sum])
-    if full:
-        con.execute(f"delete from {LABEL_CHANGES}")
-    else:
+    seq = (con.execute(f"select coalesce(max(seq), 0) + 1 from {LABEL_BUILDS}").fetchone()[0]
+           if table_exists(con, LABEL_BUILDS) else 1)
+    if full or not table_exists(con, LABEL_BUILDS):  # a whole build starts the log afresh
+        con.execute(f"create or replace table {LABEL_BUILDS} (seq bigint, build varchar, whole boolean, "
+                    "inputs_sum varchar, inputs_rows bigint)")
+        con.execute(f"create or replace table {LABEL_CHANGES} (seq bigint, interaction_id varchar)")
+    inputs_sum, inputs_rows = con.execute(
+        f"select coalesce(sum(fp), 0)::varchar, count(*) from {LABEL_INPUTS}").fetchone()
+    con.execute(f"insert into {LABEL_BUILDS} values (?, ?, ?, ?, ?)",
+                [seq, uuid.uuid4().hex, full, inputs_sum, inputs_rows])
+    if not full:
         con.execute(f"insert into {LABEL_CHANGES} select ?, key from fw_touched_interactions", [seq])
     con.execute(f"delete from {LABEL_CHANGES} where seq <= ?", [seq - KEEP_BUILDS])
     con.execute(f"delete from {LABEL_BUILDS} where seq <= ?", [seq - KEEP_BUILDS])
@@ -169,8 +196,9 @@ def latest_label_build(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     """The newest labels build: ``{seq, build, inputs_sum}`` (None before the first)."""
     if not table_exists(con, LABEL_BUILDS):
         return None
-    row = con.execute(f"select seq, build, inputs_sum from {LABEL_BUILDS} order by seq desc limit 1").fetchone()
-    return None if row is None else {"seq": row[0], "build": row[1], "inputs_sum": row[2]}
+    row = con.execute(f"select seq, build, inputs_sum, inputs_rows from {LABEL_BUILDS} "
+                      "order by seq desc limit 1").fetchone()
+    return None if row is None else {"seq": row[0], "build": row[1], "inputs_sum": row[2], "inputs_rows": row[3]}
 
 
 def build_marts(

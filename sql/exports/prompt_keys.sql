@@ -8,7 +8,7 @@
 --   id_hash       sha256(id): DPO's deterministic order
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 -- $all: every labelled interaction, else only those in fw_touched_interactions.
-with labelled as (
+with labelled as materialized (
     select
         i.id,
         i.session_id,
@@ -18,13 +18,20 @@ with labelled as (
     join marts.interaction_labels as l on l.interaction_id = i.id
     where l.label in ('positive', 'negative')
         and ($all or i.id in (select key from fw_touched_interactions))
+),
+
+-- one HMAC per session, not per interaction
+sessions as (
+    select session_id, fw_session_pseudonym(session_id) as session_pseudonym
+    from (select distinct session_id from labelled)
 )
 
 select
-    id,
-    sha256(norm_prompt) as prompt_hash,
-    sha256(norm_prompt || chr(0) || norm_context) as prompt_group,
-    norm_context <> '' as has_system,
-    sha256(id) as id_hash,
-    fw_session_pseudonym(session_id) as session_pseudonym
-from labelled
+    l.id,
+    sha256(l.norm_prompt) as prompt_hash,
+    sha256(l.norm_prompt || chr(0) || l.norm_context) as prompt_group,
+    l.norm_context <> '' as has_system,
+    sha256(l.id) as id_hash,
+    s.session_pseudonym
+from labelled as l
+left join sessions as s on s.session_id = l.session_id

@@ -102,7 +102,8 @@ def assert_equals_whole_build(lake: Lake, **kw) -> None:
         assert (extra, missing) == ([], []), t
 
 
-@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=st.lists(step, min_size=1, max_size=4), max_pairs=st.sampled_from([1, 2, None]))
 def test_incremental_builds_equal_one_whole_build(history, max_pairs):
     lake = Lake()

@@ -405,6 +405,48 @@ TABLE_COLUMNS: dict[str, str] = {
     "exports.weighted.example_timestamp": "When the example was written (UTC).",
 }
 
+# The incremental marts' and exports' private watermarks (transforms.delta; never published).
+TABLES.update({
+    "lineage.mart_watermarks": "Per incremental builder (labels, training): the key of the settings and code "
+                               "its last build used and what it had read; another key means a whole rebuild.",
+    "lineage.label_inputs": "What the last labels build read: one row per staging interaction and its fingerprint.",
+    "lineage.label_builds": "One row per labels build (the newest 64): whole or incremental, and a checksum "
+                            "of the staging rows it read.",
+    "lineage.label_changes": "The interactions each incremental labels build re-decided: the training sets' delta.",
+    "lineage.prompt_keys": "Per labelled (positive/negative) interaction: prompt hashes, DPO group and "
+                           "pseudonym, computed once per interaction version.",
+    "lineage.training_weighted_inputs": "What the last training build read of staging.weighted_examples: "
+                                        "a hash of each row.",
+    "lineage.table_versions": "Content version of every table a run writes (dagster_project/versions.py).",
+})
+TABLE_COLUMNS.update({
+    "lineage.mart_watermarks.builder": "labels | training.",
+    "lineage.mart_watermarks.settings_key": "sha256 of the settings, SQL and builder code of the last build.",
+    "lineage.mart_watermarks.state": "JSON: the last build's read positions (raw.feedback observed_seq, labels build).",
+    "lineage.label_inputs.id": "The interaction id.",
+    "lineage.label_inputs.fp": "hash(observed_seq, path, byte_offset, line_number, deleted_at_source) of its staging row.",
+    "lineage.label_builds.seq": "Build number, increasing.",
+    "lineage.label_builds.build": "Random id of the build (a consumer checks it is following the same log).",
+    "lineage.label_builds.whole": "True when the build was whole (no change list: consumers rebuild whole).",
+    "lineage.label_builds.inputs_sum": "Sum of the fingerprints of the staging rows the build read.",
+    "lineage.label_changes.seq": "The labels build that re-decided the interaction.",
+    "lineage.label_changes.interaction_id": "The interaction re-decided.",
+    "lineage.prompt_keys.id": "The interaction id.",
+    "lineage.prompt_keys.prompt_hash": "sha256 of the normalised user text: the split key.",
+    "lineage.prompt_keys.prompt_group": "sha256(normalised prompt, NUL, normalised context): the DPO group.",
+    "lineage.prompt_keys.has_system": "True when the context holds anything but whitespace.",
+    "lineage.prompt_keys.id_hash": "sha256 of the id: DPO's deterministic order.",
+    "lineage.prompt_keys.session_pseudonym": "The session's keyed pseudonym.",
+    "lineage.training_weighted_inputs.content_hash": "The weighted example's content hash.",
+    "lineage.training_weighted_inputs.h": "hash of its whole staging row.",
+    "lineage.table_versions.table_name": "schema.table.",
+    "lineage.table_versions.version": "Changes whenever the table's content may have changed.",
+    "lineage.table_versions.epoch": "Changes only when the table was rebuilt rather than appended to.",
+    "lineage.table_versions.input_key": "Built tables: the key of the code, settings and input versions they were built from.",
+    "lineage.table_versions.run_id": "The run that made this version.",
+    "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
+})
+
 
 def field_comment(spec: SourceSpec, f: Field) -> str:
     """A source field's meaning from its declaration: type, constraints, time handling."""

@@ -4,34 +4,60 @@
 ``staging.interactions`` and every sidecar event in ``raw.feedback`` (rules in
 ``sql/marts/interaction_labels.sql``). ``build_marts(con, as_of=..., ...)`` builds
 ``marts.session_satisfaction``, ``marts.session_rating_matches`` and ``marts.outcome_rates``.
-Every table is rebuilt whole from all data, so re-running is idempotent and an orphan sidecar
-row joins its interaction on the first run after the interaction arrives.
+The labels are maintained incrementally (``transforms.delta``): a build re-decides only the
+interactions it *touches* (their staging row is new, changed or gone, or a sidecar event for
+them arrived) and logs them in ``lineage.label_changes`` for the training sets; anything it
+cannot vouch for rebuilds whole. The session and outcome marts are small aggregates, rebuilt
+whole.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import date, datetime
 from typing import Any
 
 import duckdb
 
-from transforms import pseudonyms, text
+from transforms import delta, pseudonyms, text
 from transforms.sqlfiles import materialize, sql_text
 
 SESSION_RATINGS_RETENTION_DAYS = 180
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
+LABEL_SQL = ("marts/interaction_labels", "marts/orphan_feedback")
+# What the last labels build consumed: each staging interaction's fingerprint.
+LABEL_INPUTS = "lineage.label_inputs"
+# One row per labels build (seq increasing); ``whole`` builds have no change list.
+LABEL_BUILDS = "lineage.label_builds"
+# The interactions each incremental build re-decided: the training sets' delta.
+LABEL_CHANGES = "lineage.label_changes"
+KEEP_BUILDS = 64  # change lists kept; a consumer further behind rebuilds whole
 
-def run_sql(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None) -> int:
-    """``materialize`` with only the parameters ``sql/<name>.sql`` uses (DuckDB rejects extras)."""
+
+def sql_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """Only the parameters ``sql/<name>.sql`` uses (DuckDB rejects extras)."""
     params = params or {}
     code = "\n".join(line.split("--", 1)[0] for line in sql_text(name).splitlines())
     used = set(_PARAM.findall(code))
     missing = used - params.keys()
     if missing:
         raise ValueError(f"sql/{name}.sql needs parameters {sorted(missing)}")
-    return materialize(con, name, {k: v for k, v in params.items() if k in used})
+    return {k: v for k, v in params.items() if k in used}
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None,
+            table: str | None = None) -> int:
+    """``materialize`` ``sql/<name>.sql`` (into ``table``, default from the name)."""
+    return materialize(con, name, sql_params(name, params), table=table)
+
+
+def insert_sql(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None,
+               table: str | None = None) -> int:
+    """Append the rows of ``sql/<name>.sql`` to its existing table (by column name); rows added."""
+    target = table or name.replace("/", ".")
+    return con.execute(f"insert into {target} by name {sql_text(name)}", sql_params(name, params)).fetchone()[0]
 
 
 def as_date(value: date | datetime | str) -> date:
@@ -50,20 +76,129 @@ def check_days(name: str, value: int | None) -> int | None:
     return int(value)
 
 
-def table_exists(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
-    schema, table = qualified.split(".")
-    return bool(con.execute(
-        "select count(*) from information_schema.tables where table_schema = ? and table_name = ?",
-        [schema, table],
-    ).fetchall()[0][0])
+table_exists = delta.table_exists
 
 
-def build_labels(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``; row counts by table."""
-    return {
-        "marts.interaction_labels": run_sql(con, "marts/interaction_labels"),
-        "marts.orphan_feedback": run_sql(con, "marts/orphan_feedback"),
-    }
+def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) -> dict[str, int]:
+    """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``; row counts by table.
+
+    ``incremental``: re-decide only the touched interactions when the last build's watermark
+    allows it (the result is the same as a whole build; ``False`` forces a whole build).
+    """
+    key = delta.settings_key("labels", delta.raw_epoch(con, "raw.interactions"),
+                             delta.raw_epoch(con, "raw.feedback"), sql=LABEL_SQL)
+    state = delta.load(con, "labels", key) if incremental else None
+    fingerprinted = (delta.has_fingerprints(con, "staging.interactions")
+                     and delta.has_fingerprints(con, "raw.feedback"))
+    feedback_seq, feedback_rows = con.execute(
+        "select coalesce(max(observed_seq), -1), count(*) from raw.feedback").fetchone()
+    interactions_seq = con.execute("select coalesce(max(observed_seq), -1) from raw.interactions").fetchone()[0]
+    usable = (state is not None and fingerprinted
+              and all(table_exists(con, t) for t in ("marts.interaction_labels", "marts.orphan_feedback",
+                                                     LABEL_INPUTS, LABEL_BUILDS))
+              # raw is append-only within an epoch: what the last build read is still all there
+              and con.execute("select count(*) from raw.feedback where observed_seq <= ?",
+                              [state["feedback_seq"]]).fetchone()[0] == state["feedback_rows"])
+    con.execute("begin transaction")
+    try:
+        if usable:
+            _touched_interactions(con, state)
+            con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
+                        "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
+                        [state["feedback_seq"]])
+            scope = "in (select key from fw_touched_interactions)"
+            con.execute(f"delete from marts.interaction_labels where interaction_id {scope}")
+            con.execute(f"delete from marts.orphan_feedback where record_id {scope}")
+            for name in LABEL_SQL:
+                insert_sql(con, name, {"all": False})
+            con.execute(f"delete from {LABEL_INPUTS} where id {scope}")
+            con.execute(f"insert into {LABEL_INPUTS} select id, {delta.FINGERPRINT} from staging.interactions "
+                        f"where id {scope}")
+        else:
+            delta.temp_keys(con, "fw_touched_interactions")
+            for name in LABEL_SQL:
+                run_sql(con, name, {"all": True})
+            con.execute(f"create or replace table {LABEL_INPUTS} as "
+                        f"select id, {delta.FINGERPRINT} as fp from staging.interactions")
+        _log_build(con, full=not usable)
+        delta.save(con, "labels", key, {"feedback_seq": feedback_seq, "feedback_rows": feedback_rows,
+                                        "interactions_seq": interactions_seq})
+        counts = {t: con.execute(f"select count(*) from {t}").fetchone()[0]
+                  for t in ("marts.interaction_labels", "marts.orphan_feedback")}
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return counts
+
+
+def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> None:
+    """``fw_touched_interactions``: the interactions whose staging row is new, changed or gone.
+
+    Fast path: the rows loaded since the last build (``observed_seq`` above its watermark) are
+    the new versions; when the count and fingerprint sum of staging equal what the last build
+    read with exactly those rows replaced, nothing else changed. Otherwise (an identity dropped
+    from staging by a drop expectation, or back) every fingerprint is compared.
+    """
+    con.execute(f"create or replace temp table fw_new_rows as select id, {delta.FINGERPRINT} as fp "
+                "from staging.interactions where observed_seq > ?", [state.get("interactions_seq", -1)])
+    before = latest_label_build(con)
+    replaced = con.execute(f"select count(*), coalesce(sum(fp), 0) from {LABEL_INPUTS} "
+                           "where id in (select id from fw_new_rows)").fetchone()
+    new = con.execute("select count(*), coalesce(sum(fp), 0) from fw_new_rows").fetchone()
+    now = con.execute(f"select count(*), coalesce(sum({delta.FINGERPRINT}), 0) from staging.interactions").fetchone()
+    if (before is not None and before.get("inputs_rows") is not None
+            and now[0] == before["inputs_rows"] - replaced[0] + new[0]
+            and int(now[1]) == int(before["inputs_sum"]) - int(replaced[1]) + int(new[1])):
+        delta.temp_keys(con, "fw_touched_interactions", "select id as key from fw_new_rows")
+        return
+    delta.temp_keys(con, "fw_touched_interactions", f"""
+        (select id as key, {delta.FINGERPRINT} as fp from staging.interactions
+         except select id, fp from {LABEL_INPUTS})
+        union all
+        (select id, fp from {LABEL_INPUTS}
+         except select id as key, {delta.FINGERPRINT} as fp from staging.interactions)""")
+
+
+def _log_build(con: duckdb.DuckDBPyConnection, *, full: bool) -> None:
+    """Append this build to ``lineage.label_builds`` (and its touched ids to ``label_changes``)."""
+    seq = (con.execute(f"select coalesce(max(seq), 0) + 1 from {LABEL_BUILDS}").fetchone()[0]
+           if table_exists(con, LABEL_BUILDS) else 1)
+    if full or not table_exists(con, LABEL_BUILDS):  # a whole build starts the log afresh
+        con.execute(f"create or replace table {LABEL_BUILDS} (seq bigint, build varchar, whole boolean, "
+                    "inputs_sum varchar, inputs_rows bigint)")
+        con.execute(f"create or replace table {LABEL_CHANGES} (seq bigint, interaction_id varchar)")
+    inputs_sum, inputs_rows = con.execute(
+        f"select coalesce(sum(fp), 0)::varchar, count(*) from {LABEL_INPUTS}").fetchone()
+    con.execute(f"insert into {LABEL_BUILDS} values (?, ?, ?, ?, ?)",
+                [seq, uuid.uuid4().hex, full, inputs_sum, inputs_rows])
+    if not full:
+        con.execute(f"insert into {LABEL_CHANGES} select ?, key from fw_touched_interactions", [seq])
+    con.execute(f"delete from {LABEL_CHANGES} where seq <= ?", [seq - KEEP_BUILDS])
+    con.execute(f"delete from {LABEL_BUILDS} where seq <= ?", [seq - KEEP_BUILDS])
+
+
+def label_changes_since(con: duckdb.DuckDBPyConnection, since: dict[str, Any] | None) -> str | None:
+    """SQL selecting the interaction ids re-decided by every labels build after ``since`` (a
+    ``latest_label_build`` value), or None when that cannot be told (a whole build since, the log
+    pruned, the labels rebuilt from scratch): the caller then rebuilds whole."""
+    if since is None or not table_exists(con, LABEL_BUILDS):
+        return None
+    row = con.execute(f"select build from {LABEL_BUILDS} where seq = ?", [since["seq"]]).fetchone()
+    if row is None or row[0] != since["build"]:
+        return None
+    if con.execute(f"select count(*) from {LABEL_BUILDS} where seq > ? and whole", [since["seq"]]).fetchone()[0]:
+        return None
+    return f"select interaction_id as key from {LABEL_CHANGES} where seq > {int(since['seq'])}"
+
+
+def latest_label_build(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    """The newest labels build: ``{seq, build, inputs_sum}`` (None before the first)."""
+    if not table_exists(con, LABEL_BUILDS):
+        return None
+    row = con.execute(f"select seq, build, inputs_sum, inputs_rows from {LABEL_BUILDS} "
+                      "order by seq desc limit 1").fetchone()
+    return None if row is None else {"seq": row[0], "build": row[1], "inputs_sum": row[2], "inputs_rows": row[3]}
 
 
 def build_marts(

@@ -6,6 +6,14 @@
 SPEC 5 order, provenance columns after. Messages are ``list<struct<role, content>>`` (TRL
 conversational format); normalisation and splits are described in ``transforms.text``,
 pseudonyms in ``transforms.pseudonyms``.
+
+Incremental (``transforms.delta``): the interactions the labels builds since this builder's
+last build re-decided (``lineage.label_changes``) are the touched ones: their sft/kto rows are
+deleted and recomputed, and so are the DPO groups they were or are in; weighted examples whose
+staging row changed are recomputed in kto and weighted. The costly per-interaction values
+(normalised-prompt hashes, pseudonym) live in ``lineage.prompt_keys`` and are computed once per
+interaction version. A change of settings (split fraction, pair cap, key, retention with the
+run date), of the code, or a labels build this builder cannot follow rebuilds whole.
 """
 
 from __future__ import annotations
@@ -16,13 +24,18 @@ from typing import Any
 
 import duckdb
 
-from transforms import pseudonyms, text
-from transforms.labels import as_date, build_labels, check_days, run_sql, table_exists
+from transforms import delta, pseudonyms, text
+from transforms.labels import (as_date, build_labels, check_days, insert_sql, label_changes_since,
+                               latest_label_build, run_sql, table_exists)
 
 DEFAULT_EVAL_FRACTION = 0.05
 DEFAULT_DPO_MAX_PAIRS = 16
 RETENTION_SOURCES = ("interactions", "weighted_queue", "weighted_ratings")
 EXPORTS = ("sft", "kto", "dpo", "weighted")
+PROMPT_KEYS = "lineage.prompt_keys"
+# What the last build consumed of staging.weighted_examples: a hash of each whole row.
+WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
+WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
 
 # The public contract (SPEC 5), in order; extra provenance columns follow in each table.
 PUBLIC_COLUMNS = {
@@ -41,12 +54,15 @@ def build_training_sets(
     eval_fraction: float = DEFAULT_EVAL_FRACTION,
     dpo_max_pairs: int | None = DEFAULT_DPO_MAX_PAIRS,
     retention_days: Mapping[str, int | None] | None = None,
+    incremental: bool = True,
 ) -> dict[str, int]:
     """Build ``exports.{sft,kto,dpo,weighted}``; row counts by table.
 
     ``retention_days`` maps ``interactions`` / ``weighted_queue`` / ``weighted_ratings`` to a
     number of days counted back from ``as_of`` 00:00 UTC (missing or ``None``: keep all).
     ``dpo_max_pairs``: pairs kept per prompt group (``FLYWHEEL_DPO_MAX_PAIRS``; ``None`` = all).
+    ``incremental``: recompute only what changed since the last build when that can be told
+    (same result as a whole build; ``False`` forces a whole build).
     """
     eval_fraction = text.check_eval_fraction(eval_fraction)
     if dpo_max_pairs is not None and (isinstance(dpo_max_pairs, bool) or int(dpo_max_pairs) != dpo_max_pairs
@@ -68,7 +84,93 @@ def build_training_sets(
         "queue_retention_days": check_days("weighted_queue", retention.get("weighted_queue")),
         "ratings_retention_days": check_days("weighted_ratings", retention.get("weighted_ratings")),
     }
-    return {f"exports.{name}": run_sql(con, f"exports/{name}", params) for name in EXPORTS}
+    # as_of matters only through retention; a daily run with retention off stays incremental
+    dated = any(params[k] is not None for k in params if k.endswith("_retention_days"))
+    key = delta.settings_key(
+        "training", {k: v for k, v in params.items() if k != "as_of"}, params["as_of"] if dated else None,
+        con.execute("select fw_pseudonym('flywheel-watermark')").fetchone()[0],
+        sql=("exports/prompt_keys", *(f"exports/{name}" for name in EXPORTS)))
+    state = delta.load(con, "training", key) if incremental else None
+    labels_now = latest_label_build(con)
+    changes = label_changes_since(con, state and state.get("labels"))
+    usable = (changes is not None and labels_now is not None
+              and all(table_exists(con, t) for t in (PROMPT_KEYS, WEIGHTED_INPUTS,
+                                                      *(f"exports.{name}" for name in EXPORTS)))
+              # the labels were built from the staging rows these exports will read
+              and con.execute(f"select coalesce(sum({delta.FINGERPRINT}), 0)::varchar "
+                              "from staging.interactions").fetchone()[0] == labels_now["inputs_sum"])
+    con.execute("begin transaction")
+    try:
+        if usable:
+            _build_incremental(con, params, changes)
+        else:
+            _build_whole(con, params)
+        delta.save(con, "training", key, {"labels": labels_now})
+        counts = {f"exports.{name}": con.execute(f"select count(*) from exports.{name}").fetchone()[0]
+                  for name in EXPORTS}
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return counts
+
+
+def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+    _drop_fw_interactions(con)
+    con.execute("create temp view fw_interactions as select * from staging.interactions")
+    delta.temp_keys(con, "fw_touched_interactions")
+    delta.temp_keys(con, "fw_touched_weighted")
+    delta.temp_keys(con, "fw_touched_groups")
+    whole = {**params, "all": True}
+    run_sql(con, "exports/prompt_keys", whole, table=PROMPT_KEYS)
+    for name in EXPORTS:
+        run_sql(con, f"exports/{name}", whole)
+    con.execute(f"create or replace table {WEIGHTED_INPUTS} as "
+                f"select content_hash, {WEIGHTED_HASH} as h from staging.weighted_examples as w")
+
+
+def _drop_fw_interactions(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the temp view or table ``fw_interactions`` of an earlier build on this connection."""
+    if con.execute("select count(*) from duckdb_views() where temporary and view_name = 'fw_interactions'").fetchone()[0]:
+        con.execute("drop view temp.main.fw_interactions")
+    con.execute("drop table if exists temp.main.fw_interactions")
+
+
+def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str) -> None:
+    """Delete and recompute the touched interactions, weighted examples and DPO groups."""
+    delta.temp_keys(con, "fw_touched_interactions", changes)
+    delta.temp_keys(con, "fw_touched_weighted", f"""
+        (select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w
+         except select content_hash, h from {WEIGHTED_INPUTS})
+        union all
+        (select content_hash, h from {WEIGHTED_INPUTS}
+         except select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w)""")
+    touched = "in (select key from fw_touched_interactions)"
+    weighted = "in (select key from fw_touched_weighted)"
+    # Staging is read twice, not once per table: the touched rows, then the other members of
+    # their DPO groups (the SQL reads fw_interactions).
+    _drop_fw_interactions(con)
+    con.execute(f"create temp table fw_interactions as select * from staging.interactions where id {touched}")
+    # a touched interaction's DPO groups: the one it was in and the one it is in now
+    con.execute(f"create or replace temp table fw_touched_groups as "
+                f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
+    con.execute(f"delete from {PROMPT_KEYS} where id {touched}")
+    part = {**params, "all": False}
+    insert_sql(con, "exports/prompt_keys", part, table=PROMPT_KEYS)
+    con.execute(f"insert into fw_touched_groups select prompt_group from {PROMPT_KEYS} where id {touched}")
+    con.execute(f"""insert into fw_interactions select * from staging.interactions where id in (
+        select id from {PROMPT_KEYS} where prompt_group in (select key from fw_touched_groups)
+        and id not {touched})""")
+    con.execute(f"delete from exports.sft where interaction_id {touched}")
+    con.execute(f"delete from exports.kto where (origin = 'interaction' and example_id {touched}) "
+                f"or (origin <> 'interaction' and example_id {weighted})")
+    con.execute("delete from exports.dpo where prompt_group in (select key from fw_touched_groups)")
+    con.execute(f"delete from exports.weighted where content_hash {weighted}")
+    for name in EXPORTS:
+        insert_sql(con, f"exports/{name}", part)
+    con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
+    con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
+                f"from staging.weighted_examples as w where content_hash {weighted}")
 
 
 def kto_balance(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

@@ -17,6 +17,10 @@
 -- prompt = the chosen interaction's prompt messages (system context when not blank, user
 -- input, byte for byte); chosen / rejected = one assistant message each.
 -- Retention as for sft (interactions, relative to $as_of).
+-- A group is (prompt_group, prompt_hash) from lineage.prompt_keys, which determines the
+-- normalised prompt and context. $all: every group, else only groups in fw_touched_groups
+-- (an incremental build deletes and re-inserts whole groups). fw_interactions:
+-- staging.interactions (a temp view), or the rows an incremental build needs.
 with labelled as (
     select
         i.id,
@@ -26,39 +30,48 @@ with labelled as (
         i.path,
         i.line_number,
         l.label,
-        fw_norm(i.input_text) as norm_prompt,
-        fw_norm(i.context) as norm_context,
-        sha256(i.id) as id_hash
-    from staging.interactions as i
+        k.prompt_group,
+        k.prompt_hash,
+        k.has_system,
+        k.id_hash
+    from fw_interactions as i
     join marts.interaction_labels as l on l.interaction_id = i.id
+    join lineage.prompt_keys as k on k.id = i.id
     where l.label in ('positive', 'negative')
+        and ($all or k.prompt_group in (select key from fw_touched_groups))
         and ($interactions_retention_days is null
             or i."timestamp" >= timezone('UTC', $as_of::date::timestamp
                                          - to_days($interactions_retention_days::integer)))
 ),
 
+-- one representative per distinct response text and side (sha256 of distinct ids differ, so
+-- the smallest id_hash names one interaction): a group by, not a window over every row
+representatives as (
+    select min(id_hash) as id_hash
+    from labelled
+    group by prompt_group, prompt_hash, label, encode(output_text)
+),
+
 responses as (
     select *
     from labelled
-    qualify row_number() over (
-        partition by norm_prompt, norm_context, label, encode(output_text)
-        order by id_hash, id
-    ) = 1
+    where id_hash in (select id_hash from representatives)
 ),
 
 candidates as (
     select *
     from responses
     qualify $max_pairs is null or row_number() over (
-        partition by norm_prompt, norm_context, label
+        partition by prompt_group, prompt_hash, label
         order by id_hash, id
     ) <= $max_pairs + 1
 ),
 
 pairs as (
     select
-        p.norm_prompt,
-        p.norm_context,
+        p.prompt_group,
+        p.prompt_hash,
+        p.has_system,
         p.context,
         p.input_text,
         p.output_text as chosen_text,
@@ -72,8 +85,8 @@ pairs as (
         n.line_number as rejected_line_number
     from candidates as p
     join candidates as n
-        on p.norm_prompt = n.norm_prompt
-        and p.norm_context = n.norm_context
+        on p.prompt_group = n.prompt_group
+        and p.prompt_hash = n.prompt_hash
     where p.label = 'positive'
         and n.label = 'negative'
         and encode(p.output_text) <> encode(n.output_text)
@@ -83,19 +96,19 @@ capped as (
     select *
     from pairs
     qualify $max_pairs is null or row_number() over (
-        partition by norm_prompt, norm_context
+        partition by prompt_group, prompt_hash
         order by pair_hash, chosen_id, rejected_id
     ) <= $max_pairs
 )
 
 select
-    fw_prompt(context, input_text) as prompt,
+    fw_prompt_messages(has_system, context, input_text) as prompt,
     fw_completion(chosen_text) as chosen,
     fw_completion(rejected_text) as rejected,
     chosen_id,
     rejected_id,
-    fw_split(norm_prompt, $eval_fraction) as split,
-    sha256(norm_prompt || chr(0) || norm_context) as prompt_group,
+    fw_split_hash(prompt_hash, $eval_fraction) as split,
+    prompt_group,
     chosen_path,
     chosen_line_number,
     rejected_path,

@@ -5,11 +5,16 @@
 -- origin: 'interaction' | 'weighted_queue' | 'weighted_rating'. example_id is the interaction
 -- id or the weighted example's content hash. Retention per source relative to $as_of
 -- (NULL keeps all; weighted queue lines without a timestamp are always kept).
+-- $all: every row, else only interactions in fw_touched_interactions and weighted examples in
+-- fw_touched_weighted. Interactions' split and pseudonym come from lineage.prompt_keys.
+-- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 with labelled as (
-    select i.*, l.label
-    from staging.interactions as i
+    select i.*, l.label, k.prompt_hash, k.has_system, k.session_pseudonym
+    from fw_interactions as i
     join marts.interaction_labels as l on l.interaction_id = i.id
+    join lineage.prompt_keys as k on k.id = i.id
     where l.label in ('positive', 'negative')
+        and ($all or i.id in (select key from fw_touched_interactions))
         and ($interactions_retention_days is null
             or i."timestamp" >= timezone('UTC', $as_of::date::timestamp
                                          - to_days($interactions_retention_days::integer)))
@@ -18,7 +23,8 @@ with labelled as (
 weighted as (
     select *
     from staging.weighted_examples
-    where case origin
+    where ($all or content_hash in (select key from fw_touched_weighted))
+        and case origin
         when 'queue' then $queue_retention_days is null or "timestamp" is null
             or "timestamp" >= timezone('UTC', $as_of::date::timestamp
                                        - to_days($queue_retention_days::integer))
@@ -30,17 +36,17 @@ weighted as (
 
 examples as (
     select
-        fw_prompt(context, input_text) as prompt,
+        fw_prompt_messages(has_system, context, input_text) as prompt,
         fw_completion(output_text) as completion,
         label = 'positive' as label,
         1.0::double as sample_weight,
-        fw_split(fw_norm(input_text), $eval_fraction) as split,
+        fw_split_hash(prompt_hash, $eval_fraction) as split,
         'interaction' as origin,
         id as example_id,
         path,
         line_number,
         byte_offset,
-        fw_session_pseudonym(session_id) as session_pseudonym
+        session_pseudonym
     from labelled
 
     union all

@@ -2,10 +2,12 @@
 -- weight, note and label (queue weight <= 1 -> true, > 1 -> false; ratings good -> true).
 -- origin: 'weighted_queue' | 'weighted_rating'. Retention per source relative to $as_of
 -- (NULL keeps all; queue lines without a timestamp are always kept).
+-- $all: every example, else only those in fw_touched_weighted.
 with weighted as (
     select *
     from staging.weighted_examples
-    where case origin
+    where ($all or content_hash in (select key from fw_touched_weighted))
+        and case origin
         when 'queue' then $queue_retention_days is null or "timestamp" is null
             or "timestamp" >= timezone('UTC', $as_of::date::timestamp
                                        - to_days($queue_retention_days::integer))

@@ -14,11 +14,14 @@
 -- later line, wins. The last three terms only break ties between different rows read from
 -- the same position (a rewritten file), so the result never depends on read order.
 -- was_edited comes from the winning event. Sidecar rows whose interaction has not arrived yet
--- are left out here (see marts.orphan_feedback); the mart is rebuilt from all data every run,
--- so they join as soon as their interaction is ingested.
+-- are left out here (see marts.orphan_feedback); they join as soon as their interaction is
+-- ingested (its staging row is new, so it is touched).
+-- $all: every interaction; else only those in fw_touched_interactions (an incremental build
+-- deletes and re-inserts their rows: a label depends only on its own interaction's events).
 with interactions as (
     select id, "timestamp", user_feedback, was_edited, path, byte_offset, line_number
     from staging.interactions
+    where $all or id in (select key from fw_touched_interactions)
 ),
 
 inline_events as (

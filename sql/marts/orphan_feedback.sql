@@ -1,7 +1,8 @@
 -- Sidecar feedback whose record_id matches no interaction (yet). One row per record_id.
 -- first_seen / last_seen are the events' own timestamps; latest_feedback is the label the
 -- interaction will get from these events when it arrives (same order as interaction_labels).
--- Rebuilt from all data every run: a record leaves this table once its interaction is ingested.
+-- A record leaves this table once its interaction is ingested. $all: every record, else only
+-- those in fw_touched_interactions (new events or a changed interaction).
 with events as (
     select distinct
         record_id,
@@ -13,6 +14,7 @@ with events as (
         line_number
     from raw.feedback
     where record_id not in (select id from staging.interactions where id is not null)
+        and ($all or record_id in (select key from fw_touched_interactions))
 )
 
 select

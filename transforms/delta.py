@@ -1,0 +1,104 @@
+"""What changed since a builder's last build: the watermarks incremental marts and exports keep.
+
+A builder that maintains its tables incrementally (``transforms.labels.build_labels``,
+``transforms.training.build_training_sets``) keeps, in the private schema ``lineage``, what its
+previous build consumed, and from it derives the *touched keys* of this build: it deletes their
+rows and inserts them recomputed. Whenever it cannot be sure (first build, a setting or the code
+changed, a raw table was replayed, rows without an observation order, a watermark missing or
+inconsistent) it rebuilds whole, which is always correct.
+
+* ``lineage.mart_watermarks``: per builder, the key of everything a whole build depends on
+  besides the data (settings, code, raw epochs) and a small JSON state.
+* A staging row's *fingerprint* is ``hash(observed_seq, path, byte_offset, line_number,
+  deleted_at_source)``: within one raw epoch raw rows are never rewritten (only
+  ``deleted_at_source`` is set), so the same fingerprint means the same row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from transforms.sqlfiles import sql_text
+
+SCHEMA = "lineage"
+WATERMARKS = f"{SCHEMA}.mart_watermarks"
+FINGERPRINT = "hash(observed_seq, path, byte_offset, line_number, deleted_at_source)"
+FINGERPRINT_COLUMNS = ("observed_seq", "path", "byte_offset", "line_number", "deleted_at_source")
+
+
+def ensure(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(f"create schema if not exists {SCHEMA}")
+    con.execute(f"create table if not exists {WATERMARKS} (builder varchar primary key, "
+                "settings_key varchar not null, state varchar not null)")
+
+
+def load(con: duckdb.DuckDBPyConnection, builder: str, settings_key: str) -> dict[str, Any] | None:
+    """The builder's state when its last build had the same settings key, else None."""
+    ensure(con)
+    row = con.execute(f"select settings_key, state from {WATERMARKS} where builder = ?", [builder]).fetchone()
+    if row is None or row[0] != settings_key:
+        return None
+    return json.loads(row[1])
+
+
+def save(con: duckdb.DuckDBPyConnection, builder: str, settings_key: str, state: dict[str, Any]) -> None:
+    ensure(con)
+    con.execute(f"insert or replace into {WATERMARKS} values (?, ?, ?)",
+                [builder, settings_key, json.dumps(state, sort_keys=True, default=str)])
+
+
+# The Python the incremental builds run: a change to it rebuilds whole, like a SQL change.
+CODE = tuple(Path(__file__).resolve().parent / f"{name}.py" for name in ("delta", "labels", "training", "text"))
+
+
+def settings_key(*parts: Any, sql: tuple[str, ...] = ()) -> str:
+    """A digest of settings and code (the SQL files a builder runs, the builders, the macros)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
+    for name in sql:
+        digest.update(b"\0" + sql_text(name).encode())
+    for path in CODE:
+        digest.update(b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def raw_epoch(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """The epoch ``lineage.table_versions`` gives ``table`` (changes when it is replayed)."""
+    exists = con.execute("select count(*) from information_schema.tables "
+                         "where table_schema = 'lineage' and table_name = 'table_versions'").fetchone()[0]
+    if not exists:
+        return None
+    row = con.execute("select epoch from lineage.table_versions where table_name = ?", [table]).fetchone()
+    return row[0] if row else None
+
+
+def has_fingerprints(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """True when every row of ``table`` has an observation order (engine-loaded rows do)."""
+    schema, name = table.split(".")
+    cols = {r[0] for r in con.execute(
+        "select column_name from information_schema.columns where table_schema = ? and table_name = ?",
+        [schema, name]).fetchall()}
+    if not set(FINGERPRINT_COLUMNS) <= cols:
+        return False
+    return con.execute(f"select count(*) = count(observed_seq) from {table}").fetchone()[0]
+
+
+def table_exists(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
+    schema, table = qualified.split(".")
+    return bool(con.execute("select count(*) from information_schema.tables "
+                            "where table_schema = ? and table_name = ?", [schema, table]).fetchone()[0])
+
+
+def temp_keys(con: duckdb.DuckDBPyConnection, name: str, select: str | None = None,
+              params: dict[str, Any] | None = None) -> int:
+    """(Re)create temp table ``name(key varchar)`` from ``select`` (empty without); its size."""
+    if select is None:
+        con.execute(f"create or replace temp table {name} (key varchar)")
+    else:
+        con.execute(f"create or replace temp table {name} as select distinct key from ({select})", params or {})
+    return con.execute(f"select count(*) from {name}").fetchone()[0]

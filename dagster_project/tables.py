@@ -53,7 +53,7 @@ def read_settings(flywheel: FlywheelResource, names: Sequence[str], log=None) ->
 def reused_metadata(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> dict:
     """Metadata of a table this run did not rebuild: its rows and the exclusions of the run that built it."""
     built = versions.get(con, table)
-    excluded = versions.exclusions(con, table, run_id)
+    excluded = {expectation: n for _, expectation, n in versions.exclusions(con, run_id, table)}
     return {
         "dagster/row_count": count(con, f"select count(*) from {_quoted(table)}"),
         "reused": True,

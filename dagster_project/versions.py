@@ -150,16 +150,27 @@ def secret_hash(secret: bytes | str | None) -> str | None:
     return hashlib.sha256(secret if isinstance(secret, bytes) else secret.encode()).hexdigest()
 
 
-def exclusions(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> dict[str, int]:
-    """Rows a drop expectation keeps out of ``table`` now, by expectation: the ledger rows of the
-    run that built its current version (a reused table's exclusions still count)."""
+def built_by(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Built table -> the run that built its current version."""
     try:
-        return dict(con.execute(
-            f"select expectation, count(*)::bigint from ingest.excluded where table_name = $t and run_id = "
-            f"coalesce((select run_id from {TABLE} where table_name = $t and input_key is not null), $r) "
-            "group by all order by all", {"t": table, "r": run_id}).fetchall())
-    except duckdb.CatalogException:  # no ledger yet
+        return dict(con.execute(f"select table_name, run_id from {TABLE} where input_key is not null").fetchall())
+    except duckdb.CatalogException:  # a state database from before the lineage
         return {}
+
+
+def exclusions(con: duckdb.DuckDBPyConnection, run_id: str, table: str | None = None,
+               built: dict[str, str] | None = None) -> list[tuple[str, str, int]]:
+    """(table, expectation, rows) a drop expectation keeps out of each table after ``run_id`` (the
+    latest run): a table it reused counts the ledger rows of the run that built its version
+    (``built``: table -> that run; default: the lineage of ``con``)."""
+    built = built_by(con) if built is None else built
+    try:
+        rows = con.execute("select table_name, expectation, run_id, count(*)::bigint from ingest.excluded "
+                           "where $table is null or table_name = $table group by all order by all",
+                           {"table": table}).fetchall()
+    except duckdb.CatalogException:  # no ledger yet
+        return []
+    return [(t, e, n) for t, e, r, n in rows if r == (built.get(t) or run_id)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class Plan:
     columns: list[dict[str, str]]
     part_sql: str  # the partition expression this plan was cut by
     parts: list[Part] = field(default_factory=list)
+    from_manifest: bool = False  # taken from the current manifest: the table was not read
 
     @property
     def rows(self) -> int:
@@ -139,7 +140,7 @@ def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:
         return None
     planned = Plan(dataset, entry["columns"], entry["partition_sql"], [
         Part(name=f["name"], rows=f["rows"], key=f["object"], reused=True, bytes=f["bytes"], sha256=f["sha256"])
-        for f in files])
+        for f in files], from_manifest=True)
     return planned if planned.content_hash == entry.get("content_hash") else None
 
 

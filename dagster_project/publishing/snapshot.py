@@ -84,6 +84,7 @@ class PublishResult:
     files_written: int = 0
     files_reused: int = 0
     seconds: float = 0.0
+    hashed: list[str] | None = None  # datasets whose table was read and hashed (the others: unchanged versions)
 
 
 def snapshots_dir(export_dir: Path) -> Path:
@@ -194,7 +195,8 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
             _record_snapshot(con, run_id, previous_version, "unchanged")
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
             return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
-                                 seconds=round(time.perf_counter() - started, 3))
+                                 seconds=round(time.perf_counter() - started, 3),
+                                 hashed=[p for p, pl in plans.items() if not pl.from_manifest])
         _refuse_empty(plans, before, previous_version, allow_empty)
         check_privacy(con, plans)
 
@@ -231,7 +233,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         "published", version, snap, manifest,
         bytes_written=sum(p.bytes for p in parts if not p.reused), bytes_reused=sum(p.bytes for p in parts if p.reused),
         files_written=sum(not p.reused for p in parts), files_reused=sum(p.reused for p in parts),
-        seconds=round(time.perf_counter() - started, 3))
+        seconds=round(time.perf_counter() - started, 3), hashed=[p for p, pl in plans.items() if not pl.from_manifest])
 
 
 def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_id: str, created: datetime,
@@ -253,7 +255,8 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     hook("files_linked")
     warehouse_bytes = build_warehouse(con, snap / WAREHOUSE_FILE, views)
     hook("warehouse_built")
-    excluded = _excluded(con, run_id)
+    built = versions.built_by(con)
+    excluded = _excluded(con, run_id, built)
     validation = validation_summary(con, run_id)
     manifest = {
         "format": FORMAT, "version": snap.name, "run_id": run_id, "created_at": created.isoformat(),
@@ -265,6 +268,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
             "table": p.dataset.table, "kind": p.dataset.kind, "rows": p.rows, "columns": p.columns,
             "content_hash": p.content_hash, "order_by": list(p.dataset.order),
             "input_version": inputs.get(path), "partition_sql": p.part_sql,
+            "built_by_run": built.get(p.dataset.table, run_id),
             "excluded_rows": excluded.get(p.dataset.table, 0),
             "validation": validation["tables"].get(p.dataset.table, {"status": "not validated"}),
             "files": [{"name": f.name, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256, "object": f.key,
@@ -413,16 +417,12 @@ def watermarks(con: duckdb.DuckDBPyConnection) -> dict:
     return {s: {"files": f, "bytes_consumed": b, "high_water_mark": h, "last_run_id": r} for s, f, b, h, r in rows}
 
 
-def _excluded(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
-    """Rows kept out of each table now: a table reused from an earlier run counts that run's ledger rows."""
-    versions.ensure(con)
-    try:
-        return dict(con.execute(
-            f"select e.table_name, count(*) from ingest.excluded e left join {versions.TABLE} v using (table_name) "
-            "where e.run_id = case when v.input_key is not null then v.run_id else $run end group by 1",
-            {"run": run_id}).fetchall())
-    except duckdb.CatalogException:  # created by the expectation actions, when present
-        return {}
+def _excluded(con: duckdb.DuckDBPyConnection, run_id: str, built: dict[str, str]) -> dict[str, int]:
+    """Rows kept out of each table now (a reused table counts the ledger rows of the run that built it)."""
+    out: dict[str, int] = {}
+    for table, _, n in versions.exclusions(con, run_id, built=built):
+        out[table] = out.get(table, 0) + n
+    return out
 
 
 def _ensure_run_columns(con: duckdb.DuckDBPyConnection) -> None:

@@ -191,7 +191,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
                  for d in published if d.table not in RUN_LOG}
         hook("hashed")
         if previous and _unchanged(plans, before):
-            _note_input_versions(snaps / previous_version, previous, plans, inputs)
+            _note_input_versions(con, snaps / previous_version, previous, plans, inputs)
             _record_snapshot(con, run_id, previous_version, "unchanged")
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
             return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
@@ -311,15 +311,19 @@ def _plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, input
     return plan(con, dataset, objects)
 
 
-def _note_input_versions(snap: Path, manifest: dict, plans: dict[str, Plan], inputs: dict[str, str | None]) -> None:
+def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: dict, plans: dict[str, Plan],
+                         inputs: dict[str, str | None]) -> None:
     """Nothing changed, but tables were rebuilt (a full refresh): the current manifest's entries
     are what the new versions produce, so say so, or every later no-op would hash them again.
-    Only these two private fields change (temp file, fsync, rename)."""
+    Only these private fields change (temp file, fsync, rename)."""
+    built = versions.built_by(con)
     changed = False
     for path, planned in plans.items():
         entry = manifest["datasets"][path]
-        if inputs.get(path) and (entry.get("input_version"), entry.get("partition_sql")) != (inputs[path], planned.part_sql):
-            entry.update(input_version=inputs[path], partition_sql=planned.part_sql)
+        now = {"input_version": inputs.get(path), "partition_sql": planned.part_sql,
+               "built_by_run": built.get(planned.dataset.table, entry.get("built_by_run"))}
+        if inputs.get(path) and any(entry.get(k) != v for k, v in now.items()):
+            entry.update(now)
             changed = True
     if not changed:
         return

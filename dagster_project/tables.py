@@ -91,7 +91,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         "preview": preview(con, _quoted(table)), **extra.get(table, {})})
                 return
             for table in spec.tables:  # a build that fails half-way must not look current
-                versions.forget(con, table)
+                versions.invalidate(con, table)
             counts = spec.build(con, flywheel, context)
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)

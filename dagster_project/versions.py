@@ -79,6 +79,14 @@ def record_build(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run
                 [table, input_key, epoch, input_key, run_id])
 
 
+def invalidate(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """``table`` is being rebuilt: until ``record_build`` its content may be anything, so it gets a
+    fresh version matching no input key, validation or manifest entry (a build that fails half-way
+    is never reused); its epoch stays for whoever reads it."""
+    ensure(con)
+    con.execute(f"update {TABLE} set input_key = null, version = ? where table_name = ?", [uuid.uuid4().hex, table])
+
+
 def forget(con: duckdb.DuckDBPyConnection, table: str) -> None:
     """The table was dropped: whatever depended on its version must be rebuilt."""
     ensure(con)

@@ -260,3 +260,54 @@ def test_runs_between_appends_leave_what_one_full_refresh_of_the_final_lake_does
     assert run_pipeline(once).success
     assert published_tables(inc) == published_tables(once)
     assert shared_hashes(inc) == shared_hashes(once)
+
+
+# ---------------------------------------------------------------------------------------------
+# the lineage rules themselves (no pipeline)
+# ---------------------------------------------------------------------------------------------
+
+def test_a_build_that_fails_half_way_or_a_dropped_table_is_never_reused(tmp_path):
+    from dagster_project import versions
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("create schema staging; create table staging.t as select 1 as x")
+    versions.bump(con, "raw.x", "run-0")
+    key = versions.input_key(con, ["raw.x"], {"eval_fraction": 0.05})
+    versions.record_build(con, "staging.t", key, "run-1")
+    assert versions.reusable(con, ["staging.t"], key)
+    assert not versions.reusable(con, ["staging.t"], versions.input_key(con, ["raw.x"], {"eval_fraction": 0.1}))
+    validated = versions.validation_key(con, "staging.t", "2026-03-01", "2026-03-01")
+
+    versions.invalidate(con, "staging.t")  # what a build does first
+    assert not versions.reusable(con, ["staging.t"], key)
+    assert versions.validation_key(con, "staging.t", "2026-03-01", "2026-03-01") != validated
+    versions.record_build(con, "staging.t", key, "run-2")
+    assert versions.reusable(con, ["staging.t"], key)
+    assert versions.validation_key(con, "staging.t", "2026-03-01", "2026-03-01") == validated  # same inputs, same rows
+
+    versions.bump(con, "raw.x", "run-3")  # new raw rows: a new key
+    assert versions.input_key(con, ["raw.x"], {"eval_fraction": 0.05}) != key
+    con.execute("drop table staging.t")
+    assert not versions.reusable(con, ["staging.t"], key)
+
+
+def test_a_reused_validation_is_recorded_for_the_run_that_reuses_it_failures_included(tmp_path):
+    from dagster_project import versions
+    from dagster_project.publishing.snapshot import _gate_validations, validation_summary
+    from dagster_project.validation import ensure_validations_table
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    ensure_validations_table(con)
+    con.execute("insert into ingest.validations (run_id, table_name, expectation, blocking, success, status) values "
+                "('run-1', 'marts.m', 'id is unique', true, false, 'failed'), "
+                "('run-1', 'marts.m', 'id not null', true, true, 'passed')")
+    versions.record_validation(con, "marts.m", "k1", "run-1", False, {"description": "id is unique failed"})
+    assert versions.reuse_validation(con, "marts.m", "k2", "run-2") is None  # another version: validate
+    assert versions.reuse_validation(con, "marts.m", None, "run-2") is None  # no version: validate
+    passed, result, by = versions.reuse_validation(con, "marts.m", "k1", "run-2")
+    assert (passed, result["description"], by) == (False, "id is unique failed", "run-1")
+    assert con.execute("select expectation, success from ingest.validations where run_id = 'run-2' order by 1"
+                       ).fetchall() == [("id is unique", False), ("id not null", True)]
+    assert validation_summary(con, "run-2")["status"] == "failed"
+    with pytest.raises(Exception, match="marts.m"):
+        _gate_validations(con, "run-2")  # a reused failure still blocks the publish

@@ -131,7 +131,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 return dg.MaterializeResult(metadata={
                     **reused_metadata(con, table, context.run_id),
                     "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)})
-            versions.forget(con, table)  # a build that fails half-way must not look current
+            versions.invalidate(con, table)  # a build that fails half-way must not look current
             rows = build_staging(con, spec)
             # drop expectations (e.g. a time beyond the future slack) apply before marts read it
             drops = apply_drops(con, table, run_id=context.run_id)
@@ -180,7 +180,7 @@ def weighted_examples(context: dg.AssetExecutionContext, flywheel: FlywheelResou
         if versions.reusable(con, [table], key):
             metadata = reused_metadata(con, table, context.run_id)
         else:
-            versions.forget(con, table)
+            versions.invalidate(con, table)
             metadata = {"dagster/row_count": materialize(con, "staging/weighted_examples"), "reused": False}
             versions.record_build(con, table, key, context.run_id)
         by_origin = markdown_table(con, "select origin, label, count(*) as rows, sum(weight) as weight "

@@ -14,7 +14,7 @@ from datetime import timedelta
 import dagster as dg
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, Phase, example, given, settings as hsettings, strategies as st
 
 from conftest import copy_run, dumps, interaction, write_lines
 from dagster_project.definitions import load_definitions
@@ -226,9 +226,12 @@ def shared_hashes(settings) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@hsettings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(st.lists(st.tuples(st.sampled_from(SOURCES), st.integers(1, 4)), min_size=1, max_size=2),
-                      min_size=1, max_size=3))
+# A pipeline run costs seconds: few examples, one of them every source, and no shrinking.
+@hsettings(max_examples=2, deadline=None, phases=[Phase.explicit, Phase.generate],
+           suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.lists(st.tuples(st.sampled_from(SOURCES), st.integers(1, 4)), min_size=1, max_size=3),
+                      min_size=1, max_size=2))
+@example(steps=[[("signals", 2), ("feedback", 1)], [("interactions", 3), ("feedback", 2)]])
 def test_runs_between_appends_leave_what_one_full_refresh_of_the_final_lake_does(tmp_path_factory, steps):
     from dagster_project.settings import Settings
 

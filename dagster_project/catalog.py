@@ -512,21 +512,26 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
     tables = {**generated_tables, **TABLES}
     missing = []
     present = con.execute(
-        "select schema_name, table_name from duckdb_tables() where database_name = current_database() "
+        "select schema_name, table_name, comment from duckdb_tables() where database_name = current_database() "
         "order by all").fetchall()
-    for schema, table in present:
+    # Each comment is a catalog write: only tables rebuilt since the last run lack theirs.
+    described = {(s, t, c): comment for s, t, c, comment in con.execute(
+        "select schema_name, table_name, column_name, comment from duckdb_columns() "
+        "where database_name = current_database()").fetchall()}
+    for schema, table, comment in present:
         name = f"{schema}.{table}"
         qualified = f'"{schema}"."{table}"'
         if name in tables:
-            con.execute(f"comment on table {qualified} is {lit(tables[name])}")
+            if comment != tables[name]:
+                con.execute(f"comment on table {qualified} is {lit(tables[name])}")
         else:
             missing.append(name)
-        columns = con.execute("select column_name from duckdb_columns() where database_name = current_database() "
-                              "and schema_name = ? and table_name = ?", [schema, table]).fetchall()
-        for (column,) in columns:
+        columns = [c for s, t, c in described if (s, t) == (schema, table)]
+        for column in columns:
             text = column_comment(schema, table, column, generated_columns)
             if text is None:
                 missing.append(f"{name}.{column}")
                 continue
-            con.execute(f'comment on column {qualified}."{column}" is {lit(text)}')
+            if described[(schema, table, column)] != text:
+                con.execute(f'comment on column {qualified}."{column}" is {lit(text)}')
     return missing

@@ -199,7 +199,7 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 rt.add_row(rid[:8] + ("*" if rid == run_id else ""), mode, st,
                            start.strftime("%Y-%m-%d %H:%M:%S"), f"{lines:,}", f"{loaded:,}", f"{quarantined:,}")
             out.print(rt)
-            _print_excluded(con, run_id or runs[0][0])
+            _print_excluded(con, settings, run_id or runs[0][0])
         if run_id:
             for source, path, event, detail in con.execute(
                     "select source, path, event, detail from ingest.file_events where run_id = ? "
@@ -215,13 +215,15 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         con.close()
 
 
-def _print_excluded(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+def _print_excluded(con: duckdb.DuckDBPyConnection, settings: Settings, run_id: str) -> None:
     """Rows a ``drop`` expectation kept out of a table in that run (the ledger ingest.excluded)."""
-    try:
-        rows = con.execute("select table_name, expectation, count(*) from ingest.excluded where run_id = ? "
-                           "group by all order by all", [run_id]).fetchall()
-    except duckdb.CatalogException:  # a warehouse from before the ledger existed
-        return
+    from dagster_project.publishing import read_manifest
+    from dagster_project.versions import exclusions
+
+    # the warehouse has no lineage: the current manifest names the run that built each table
+    datasets = (read_manifest(settings.export_dir) or {}).get("datasets") or {}
+    built = {d["table"]: d["built_by_run"] for d in datasets.values() if d.get("built_by_run")}
+    rows = exclusions(con, run_id, built=built)
     if not rows:
         out.print(f"Excluded rows (run {run_id[:8]}): none")
         return

@@ -15,7 +15,7 @@ from rich.markup import escape
 from dagster_project import progress
 from dagster_project.settings import PROJECT_ROOT, Settings
 from dagster_project.sources import builtin_sources
-from dagster_project.state import state_connection, writer_lock
+from dagster_project.state import shared_state, state_connection, writer_lock
 
 
 @dataclass
@@ -151,10 +151,11 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             stack.enter_context(steps)
             stack.callback(progress.listen(steps.message))
             dagster.add_event_listener(run_id, steps.event)
-        result = job.execute_in_process(
-            run_config=run_config(full_refresh, verbose=verbose), instance=dagster, raise_on_error=False,
-            run_id=run_id, tags={"flywheel/launched_by": "cli", "flywheel/mode": mode},
-        )
+        with shared_state(settings):  # steps run here, one after another: one connection for all
+            result = job.execute_in_process(
+                run_config=run_config(full_refresh, verbose=verbose), instance=dagster, raise_on_error=False,
+                run_id=run_id, tags={"flywheel/launched_by": "cli", "flywheel/mode": mode},
+            )
     failures, traces = [], []
     # A failed blocking check fails its step with a bare "check failed": its report (which
     # expectation, sample rows) is in the evaluation's description.

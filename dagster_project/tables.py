@@ -2,6 +2,9 @@
 
 Marts and export tables differ only in which tables they read and which builder makes them, so
 each is declared as data (``TableGroup``) and turned into a Dagster multi-asset here.
+
+A group whose inputs (code, the settings it ``reads``, its deps' versions) are those its tables
+were built from is not built again: the run reuses them (``versions``).
 """
 
 from collections.abc import Callable, Sequence
@@ -10,7 +13,8 @@ from dataclasses import dataclass
 import dagster as dg
 import duckdb
 
-from dagster_project.metadata import preview
+from dagster_project import versions
+from dagster_project.metadata import count, preview
 from dagster_project.resources import FlywheelResource
 from dagster_project.validation import apply_drops
 
@@ -28,9 +32,39 @@ class TableGroup:
     build: Builder
     description: str
     headline: Callable[[duckdb.DuckDBPyConnection], dict] | None = None  # extra metadata
+    # Settings the builder reads (names of Settings attributes; "pseudonym_key": its hash):
+    # changing one rebuilds the group, so a setting read but not named here is a bug.
+    reads: Sequence[str] = ()
 
     def key(self, table: str) -> dg.AssetKey:
         return dg.AssetKey(table.split("."))
+
+    def input_key(self, con: duckdb.DuckDBPyConnection, flywheel: FlywheelResource, log=None) -> str:
+        return versions.input_key(con, [d.replace("/", ".") for d in self.deps],
+                                  read_settings(flywheel, self.reads, log))
+
+
+def read_settings(flywheel: FlywheelResource, names: Sequence[str], log=None) -> dict:
+    settings = flywheel.settings()
+    return {name: versions.secret_hash(flywheel.pseudonym_key(log)) if name == "pseudonym_key"
+            else getattr(settings, name) for name in names}
+
+
+def reused_metadata(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> dict:
+    """Metadata of a table this run did not rebuild: its rows and the exclusions of the run that built it."""
+    built = versions.get(con, table)
+    excluded = {expectation: n for _, expectation, n in versions.exclusions(con, run_id, table)}
+    return {
+        "dagster/row_count": count(con, f"select count(*) from {_quoted(table)}"),
+        "reused": True,
+        "built_by_run": built.run_id if built else "",
+        "excluded_rows": sum(excluded.values()),
+        "excluded": dg.MetadataValue.json({"excluded_by_expectation": excluded}),
+    }
+
+
+def _quoted(table: str) -> str:
+    return ".".join(f'"{part}"' for part in table.split("."))
 
 
 def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
@@ -48,20 +82,32 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
     )
     def _build(context: dg.AssetExecutionContext, flywheel: FlywheelResource):
         with flywheel.state() as con:
+            key = spec.input_key(con, flywheel, context.log)
+            if versions.reusable(con, spec.tables, key):
+                extra = spec.headline(con) if spec.headline else {}
+                for table in spec.tables:
+                    yield dg.MaterializeResult(asset_key=spec.key(table), metadata={
+                        **reused_metadata(con, table, context.run_id),
+                        "preview": preview(con, _quoted(table)), **extra.get(table, {})})
+                return
+            for table in spec.tables:  # a build that fails half-way must not look current
+                versions.invalidate(con, table)
             counts = spec.build(con, flywheel, context)
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)
             drops = {table: apply_drops(con, table, run_id=context.run_id) for table in spec.tables}
+            for table in spec.tables:
+                versions.record_build(con, table, key, context.run_id)
             extra = spec.headline(con) if spec.headline else {}
             for table in spec.tables:
-                schema, name = table.split(".")
                 yield dg.MaterializeResult(
                     asset_key=spec.key(table),
                     metadata={
                         "dagster/row_count": int(counts.get(table, 0)) - drops[table].total,
+                        "reused": False,
                         "excluded_rows": drops[table].total,
                         "excluded": dg.MetadataValue.json(drops[table].metadata()),
-                        "preview": preview(con, f'"{schema}"."{name}"'),
+                        "preview": preview(con, _quoted(table)),
                         **extra.get(table, {}),
                     },
                 )

@@ -11,9 +11,11 @@ hashing for the snapshot are all skipped, because they would produce the same by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,8 @@ import duckdb
 
 SCHEMA = "lineage"
 TABLE = f"{SCHEMA}.table_versions"
+VALIDATED = f"{SCHEMA}.validated"  # the last validation of each table: on which version, by which run
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,14 @@ def record_build(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run
                 [table, input_key, epoch, input_key, run_id])
 
 
+def invalidate(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """``table`` is being rebuilt: until ``record_build`` its content may be anything, so it gets a
+    fresh version matching no input key, validation or manifest entry (a build that fails half-way
+    is never reused); its epoch stays for whoever reads it."""
+    ensure(con)
+    con.execute(f"update {TABLE} set input_key = null, version = ? where table_name = ?", [uuid.uuid4().hex, table])
+
+
 def forget(con: duckdb.DuckDBPyConnection, table: str) -> None:
     """The table was dropped: whatever depended on its version must be rebuilt."""
     ensure(con)
@@ -96,3 +108,128 @@ def code_fingerprint(*paths: Path) -> str:
             if f.is_file() and f.suffix in {".py", ".sql"}:
                 digest.update(str(f.relative_to(root.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+@functools.cache
+def code() -> str:
+    """The fingerprint of the code a built table's content (and its validation) depends on.
+
+    Computed once per process: hashing the files costs ~10 ms, and the code cannot change under
+    a running process anyway.
+    """
+    project = ROOT / "dagster_project"
+    return code_fingerprint(ROOT / "transforms", ROOT / "sql", project / "expectations.py",
+                            project / "validation.py", project / "tables.py", project / "defs",
+                            project / "sources")
+
+
+def versions_of(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> dict[str, str | None]:
+    ensure(con)
+    wanted = sorted(set(tables))
+    found = dict(con.execute(f"select table_name, version from {TABLE} where table_name in "
+                             "(select unnest(?::varchar[]))", [wanted]).fetchall())
+    return {t: found.get(t) for t in wanted}
+
+
+def input_key(con: duckdb.DuckDBPyConnection, inputs: Iterable[str], settings: dict) -> str:
+    """The key of a build: the code, the settings it reads and the current versions of its inputs."""
+    return key(code(), settings, versions_of(con, inputs))
+
+
+def reusable(con: duckdb.DuckDBPyConnection, tables: Iterable[str], input_key: str) -> bool:
+    """Every table exists and was last built from ``input_key``: building again would give the same rows."""
+    for table in tables:
+        recorded = get(con, table)
+        if recorded is None or recorded.input_key != input_key or not exists(con, table):
+            return False
+    return True
+
+
+def exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    schema, name = table.split(".", 1)
+    return bool(con.execute("select count(*) from duckdb_tables() where database_name = current_database() "
+                            "and schema_name = ? and table_name = ? and not temporary", [schema, name]).fetchone()[0])
+
+
+def secret_hash(secret: bytes | str | None) -> str | None:
+    """What a key stands for in an input key: its sha256, never the key itself."""
+    if secret is None:
+        return None
+    return hashlib.sha256(secret if isinstance(secret, bytes) else secret.encode()).hexdigest()
+
+
+def built_by(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Built table -> the run that built its current version."""
+    try:
+        return dict(con.execute(f"select table_name, run_id from {TABLE} where input_key is not null").fetchall())
+    except duckdb.CatalogException:  # a state database from before the lineage
+        return {}
+
+
+def exclusions(con: duckdb.DuckDBPyConnection, run_id: str, table: str | None = None,
+               built: dict[str, str] | None = None) -> list[tuple[str, str, int]]:
+    """(table, expectation, rows) a drop expectation keeps out of each table after ``run_id`` (the
+    latest run): a table it reused counts the ledger rows of the run that built its version
+    (``built``: table -> that run; default: the lineage of ``con``)."""
+    built = built_by(con) if built is None else built
+    try:
+        rows = con.execute("select table_name, expectation, run_id, count(*)::bigint from ingest.excluded "
+                           "where $table is null or table_name = $table group by all order by all",
+                           {"table": table}).fetchall()
+    except duckdb.CatalogException:  # no ledger yet
+        return []
+    return [(t, e, n) for t, e, r, n in rows if r == (built.get(t) or run_id)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Validations: a suite's result is a function of the table's version, the suite's code and the
+# clock's day ("not in the future"), so a table that did not change keeps its last result.
+# ---------------------------------------------------------------------------------------------
+
+def ensure_validated(con: duckdb.DuckDBPyConnection) -> None:
+    ensure(con)
+    con.execute(f"""
+        create table if not exists {VALIDATED} (
+            table_name varchar primary key,
+            validation_key varchar not null,
+            run_id varchar not null,
+            passed boolean not null,
+            result json
+        )""")
+
+
+def validation_key(con: duckdb.DuckDBPyConnection, table: str, run_date, today) -> str | None:
+    """None for a table without a version (it is validated every run)."""
+    version = get(con, table)
+    return None if version is None else key(code(), version.version, str(run_date), str(today))
+
+
+def reuse_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key: str | None,
+                     run_id: str) -> tuple[bool, dict, str] | None:
+    """(passed, result, run that validated) of the table's last validation when it ran on what
+    ``validation_key`` stands for; its ``ingest.validations`` rows are recorded again under
+    ``run_id``, so the publish gate, the manifest and ``flywheel status`` read this run as usual."""
+    if validation_key is None:
+        return None
+    ensure_validated(con)
+    row = con.execute(f"select run_id, passed, result from {VALIDATED} where table_name = ? and validation_key = ?",
+                      [table, validation_key]).fetchone()
+    if row is None or row[0] == run_id:
+        return None
+    copied = con.execute(
+        "insert into ingest.validations by name select * replace ($run as run_id) from ingest.validations "
+        "where run_id = $before and table_name = $table",
+        {"run": run_id, "before": row[0], "table": table}).fetchone()[0]
+    if not copied:  # its rows are gone (a scrubbed run log): validate again
+        return None
+    return bool(row[1]), json.loads(row[2]) if row[2] else {}, row[0]
+
+
+def record_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key: str | None, run_id: str,
+                      passed: bool, result: dict) -> None:
+    ensure_validated(con)
+    if validation_key is None:
+        con.execute(f"delete from {VALIDATED} where table_name = ?", [table])
+        return
+    con.execute(f"insert or replace into {VALIDATED} values (?, ?, ?, ?, ?)",
+                [table, validation_key, run_id, passed, json.dumps(result, default=str)])

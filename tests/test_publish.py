@@ -17,6 +17,7 @@ import pytest
 
 from conftest import PROJECT, copy_run
 from dagster_project.engine import ensure_schema
+from dagster_project import versions
 from dagster_project.pipeline import run_pipeline
 from dagster_project.publishing import (CURRENT, SNAPSHOTS, PublishError, current_version, list_snapshots,
                                         publish_snapshot, read_manifest, status, verify_snapshot)
@@ -231,6 +232,7 @@ def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_ru
     victims = [r[0] for r in con.execute("select interaction_id from exports.sft order by 1 "
                                          "limit (select count(*) // 10 + 2 from exports.sft)").fetchall()]
     con.execute("update raw.interactions set input_text = '' where id in (select unnest(?::varchar[]))", [victims])
+    versions.bump(con, "raw.interactions", None)  # as every writer of raw does: downstream looks again
     con.close()
     failed = run_pipeline(lake)
     assert not failed.success
@@ -267,6 +269,7 @@ def test_one_bad_training_row_is_dropped_named_in_the_ledger_and_counted_in_the_
     con = duckdb.connect(str(lake.state_db))
     (victim,) = con.execute("select interaction_id from exports.sft order by 1 limit 1").fetchone()
     con.execute("update raw.interactions set input_text = '' where id = ?", [victim])
+    versions.bump(con, "raw.interactions", None)
     con.close()
 
     second = run_pipeline(lake)
@@ -304,6 +307,7 @@ def change(state: Path) -> None:
     con = duckdb.connect(str(state))
     con.execute("delete from marts.interaction_labels where interaction_id = "
                 "(select min(interaction_id) from marts.interaction_labels)")
+    versions.bump(con, "marts.interaction_labels", None)  # what every writer of a table does
     con.close()
 
 

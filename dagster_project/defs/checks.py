@@ -3,10 +3,16 @@
 A failing blocking check stops everything downstream, and the snapshot is downstream of every
 table: so one failing table means nothing of the run is published. Every other check still
 runs, so the run reports all failures at once.
+
+A table whose version is the one its last validation ran on (same suite code, same day) keeps
+that result without reading the table or importing Great Expectations (``versions``).
 """
+
+from datetime import datetime, timezone
 
 import dagster as dg
 
+from dagster_project import versions
 from dagster_project.defs.marts import TABLE_KEYS
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
@@ -15,14 +21,16 @@ from dagster_project.validation import record_validations, validate_table
 from transforms.retrieval import EVENTLOG_STAGING
 
 
-def _check_metadata(report) -> dict:
+def _check_result(report) -> dict:
+    """What the check reports, JSON-able so a later run can report it again unchanged."""
     return {
         "rows_validated": report.rows,
         "expectations": len(report.results),
-        "failed": dg.MetadataValue.md("\n".join(
+        "failed": "\n".join(
             f"- **{r.check.name}** (action {r.check.action}): "
             f"{r.unexpected_count:,} unexpected, observed {r.observed}, e.g. `{r.samples[:2]}`"
-            for r in report.results if not r.success) or "none"),
+            for r in report.results if not r.success) or "none",
+        "description": None if report.success else report.describe(),
     }
 
 
@@ -32,13 +40,25 @@ def table_check(table: str) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=key, name="great_expectations", blocking=True,
                     description=f"Great Expectations suite for {table}; blocks the snapshot when it fails.")
     def _check(context: dg.AssetCheckExecutionContext, flywheel: FlywheelResource) -> dg.AssetCheckResult:
+        run_id = context.op_execution_context.run_id
         with flywheel.state() as con:
-            report = validate_table(con, table, run_id=context.op_execution_context.run_id)
-            record_validations(con, report)
+            key = versions.validation_key(con, table, flywheel.settings().run_date,
+                                          datetime.now(timezone.utc).date())
+            reused = versions.reuse_validation(con, table, key, run_id)
+            if reused is not None:
+                passed, result, validated_by = reused
+            else:
+                report = validate_table(con, table, run_id=run_id)
+                record_validations(con, report)
+                passed, result, validated_by = report.success, _check_result(report), None
+                versions.record_validation(con, table, key, run_id, passed, result)
+        description = result.get("description")
         return dg.AssetCheckResult(
-            passed=report.success, severity=dg.AssetCheckSeverity.ERROR,
-            description=None if report.success else f"{table}: nothing of this run is published.\n{report.describe()}",
-            metadata=_check_metadata(report))
+            passed=passed, severity=dg.AssetCheckSeverity.ERROR,
+            description=None if passed else f"{table}: nothing of this run is published.\n{description}",
+            metadata={"rows_validated": result.get("rows_validated", 0), "expectations": result.get("expectations", 0),
+                      "failed": dg.MetadataValue.md(result.get("failed", "none")),
+                      "reused_from_run": validated_by or ""})
 
     return _check
 

@@ -6,14 +6,19 @@ instead of nine copies.
 """
 
 
+import dataclasses
+from datetime import datetime, timezone
+
 import dagster as dg
 
+from dagster_project import versions
 from dagster_project.engine import Ingestor, check_accounting
 from dagster_project.metadata import count, markdown_table, preview
 from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
 from dagster_project.state import record_run
+from dagster_project.tables import reused_metadata
 from dagster_project.validation import apply_drops
 from transforms.classify import q
 from transforms.spec import SourceSpec
@@ -118,17 +123,27 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         op_tags=WAREHOUSE_TAG,
     )
     def _staging(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
+        table = f"staging.{spec.name}"
+        sample_columns = ", ".join(q(f.name) for f in spec.fields[:6]) + ", path, line_number"
         with flywheel.state() as con:
-            # incremental when sound; drop expectations (a time beyond the future slack) apply before marts read it
+            key = staging_key(con, spec, flywheel)
+            if versions.reusable(con, [table], key):
+                return dg.MaterializeResult(metadata={
+                    **reused_metadata(con, table, context.run_id),
+                    "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)})
+            versions.invalidate(con, table)  # a build that fails half-way must not look current
+            # incremental when sound; drop expectations (a time beyond the future slack) apply
+            # before marts read it
             staged = refresh_staging(con, spec, run_id=context.run_id, drop=apply_drops)
             rows, drops = staged.rows, staged.drops
-            versions = count(con, f"select count(*) from raw.{q(spec.name)}")
-            sample = preview(con, f"staging.{q(spec.name)}",
-                             ", ".join(q(f.name) for f in spec.fields[:6]) + ", path, line_number")
+            versions.record_build(con, table, key, context.run_id)
+            versions_loaded = count(con, f"select count(*) from raw.{q(spec.name)}")
+            sample = preview(con, f"staging.{q(spec.name)}", sample_columns)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": rows,
-            "versions_loaded": versions,
-            "superseded_versions": versions - rows - drops.total,
+            "reused": False,
+            "versions_loaded": versions_loaded,
+            "superseded_versions": versions_loaded - rows - drops.total,
             "excluded_rows": drops.total,
             "staging_mode": staged.mode,
             "identities_redecided": staged.redecided,
@@ -137,6 +152,15 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         })
 
     return _staging
+
+
+def staging_key(con, spec: SourceSpec, flywheel: FlywheelResource) -> str:
+    """Staging is a function of raw, the source's declaration and the code; its drop expectation
+    "not in the future" compares with the clock, so the run date and today's date count too."""
+    today = datetime.now(timezone.utc).date()
+    return versions.input_key(con, [f"raw.{spec.name}"], {
+        "spec": repr(dataclasses.asdict(spec)),
+        "run_date": flywheel.settings().run_date, "today": today})
 
 
 SOURCES = builtin_sources()
@@ -151,12 +175,19 @@ _ingest_defs = [ingest_asset(spec) for spec in SOURCES.values()]
     kinds={"duckdb"},
     op_tags=WAREHOUSE_TAG,
 )
-def weighted_examples(flywheel: FlywheelResource) -> dg.MaterializeResult:
+def weighted_examples(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
+    table = "staging.weighted_examples"
     with flywheel.state() as con:
-        rows = materialize(con, "staging/weighted_examples")
+        key = versions.input_key(con, ["staging.weighted_queue", "staging.weighted_ratings"], {})
+        if versions.reusable(con, [table], key):
+            metadata = reused_metadata(con, table, context.run_id)
+        else:
+            versions.invalidate(con, table)
+            metadata = {"dagster/row_count": materialize(con, "staging/weighted_examples"), "reused": False}
+            versions.record_build(con, table, key, context.run_id)
         by_origin = markdown_table(con, "select origin, label, count(*) as rows, sum(weight) as weight "
                                         "from staging.weighted_examples group by all order by all")
-    return dg.MaterializeResult(metadata={"dagster/row_count": rows, "by_origin": dg.MetadataValue.md(by_origin)})
+    return dg.MaterializeResult(metadata={**metadata, "by_origin": dg.MetadataValue.md(by_origin)})
 
 
 defs = dg.Definitions(

@@ -32,6 +32,7 @@ RATINGS_AND_OUTCOMES = TableGroup(
     tables=["marts.session_satisfaction", "marts.session_rating_matches", "marts.outcome_rates"],
     deps=["staging/session_ratings", "staging/interactions", "staging/outcomes"],
     build=_ratings_and_outcomes,
+    reads=("run_date", "session_retention_days", "pseudonym_key"),
     description="latest end-of-session rating per session by day, source and modality (retention "
     "applied) and how many rated sessions match interactions; outcome acceptance by day, model, "
     "task type and strategy arm.",
@@ -53,6 +54,7 @@ TRAINING_SETS = TableGroup(
     tables=["exports.sft", "exports.kto", "exports.dpo", "exports.weighted"],
     deps=["marts/interaction_labels", "staging/interactions", "staging/weighted_examples"],
     build=_training_sets,
+    reads=("run_date", "eval_fraction", "dpo_max_pairs", "pseudonym_key"),
     description="TRL conversational training set built from the final labels (split by a hash of "
     "the normalised prompt; ids pseudonymised).",
     headline=lambda con: {"exports.kto": {"class_balance": dg.MetadataValue.json(
@@ -87,6 +89,7 @@ SIGNALS = TableGroup(
     tables=[f"marts.{name}" for name in signals.SIGNAL_MARTS],
     deps=["staging/signals"],
     build=lambda con, flywheel, context: signals.build_signal_marts(con, flywheel.settings().run_date),
+    reads=("run_date",),
     description="signal opinions decayed x0.8 per 30 days as of the run date (FLYWHEEL_AS_OF), "
     "conflicts, and promotion candidates (>= 2 strong positives, one manual).",
 )

@@ -28,7 +28,7 @@ UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
 def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
     settings = flywheel.settings()
     with flywheel.state() as con:
-        # Tables are rebuilt every run (losing their comments): describe them just before publishing.
+        # A rebuilt table loses its comments: describe them just before publishing.
         undescribed = apply_comments(con)
         if undescribed:
             context.log.warning(f"no description in dagster_project/catalog.py for: {', '.join(undescribed)}")
@@ -52,6 +52,7 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
         "files_written": result.files_written,
         "files_reused": result.files_reused,
         "seconds": result.seconds,
+        "datasets_hashed": len(result.hashed or []),  # the others' tables did not change: not read
         "datasets": dg.MetadataValue.md("| dataset | rows | files |\n|---|---|---|\n" + "\n".join(
             f"| {p} | {d['rows']:,} | {len(d['files'])} |" for p, d in sorted(shared.items()))),
     })

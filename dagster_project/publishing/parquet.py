@@ -67,6 +67,7 @@ class Plan:
     columns: list[dict[str, str]]
     part_sql: str  # the partition expression this plan was cut by
     parts: list[Part] = field(default_factory=list)
+    from_manifest: bool = False  # taken from the current manifest: the table was not read
 
     @property
     def rows(self) -> int:
@@ -127,6 +128,20 @@ def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Pla
         result.parts.append(Part(name=f"{part}.parquet", rows=int(n), key=key,
                                  reused=(objects / f"{key}.parquet").exists()))
     return result
+
+
+def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:
+    """The plan a manifest ``entry`` recorded for ``dataset``, when every object it names is still
+    stored and the entry is as the publisher wrote it (an erasure rewrites files and their hash)."""
+    if not entry or entry.get("order_by") != list(dataset.order) or "partition_sql" not in entry:
+        return None
+    files = entry.get("files") or []
+    if not files or not all((objects / f"{f['object']}.parquet").exists() for f in files):
+        return None
+    planned = Plan(dataset, entry["columns"], entry["partition_sql"], [
+        Part(name=f["name"], rows=f["rows"], key=f["object"], reused=True, bytes=f["bytes"], sha256=f["sha256"])
+        for f in files], from_manifest=True)
+    return planned if planned.content_hash == entry.get("content_hash") else None
 
 
 def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, known: dict[str, str]) -> None:

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import duckdb
 
+from dagster_project import versions
+from dagster_project.publishing import parquet
 from dagster_project.publishing.parquet import Dataset, Plan, fsync_dir, lit, plan, q, write_objects
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
 
@@ -82,6 +84,7 @@ class PublishResult:
     files_written: int = 0
     files_reused: int = 0
     seconds: float = 0.0
+    hashed: list[str] | None = None  # datasets whose table was read and hashed (the others: unchanged versions)
 
 
 def snapshots_dir(export_dir: Path) -> Path:
@@ -178,31 +181,36 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         register(con, pseudonym_key)
         _gate_validations(con, run_id)
         _ensure_run_columns(con)
-        plans = {d.path: plan(con, d, objects) for d in datasets(con)}
-        hook("hashed")
         previous_version = current_version(export_dir)
         previous = read_manifest(export_dir) or {}
         before = previous.get("datasets", {})
+        published = datasets(con)
+        inputs = _input_versions(con, published, pseudonym_key)
+        # The run log changes every run and never decides "changed": it is hashed only to publish.
+        plans = {d.path: _plan(con, d, objects, inputs[d.path], before.get(d.path))
+                 for d in published if d.table not in RUN_LOG}
+        hook("hashed")
         if previous and _unchanged(plans, before):
+            _note_input_versions(con, snaps / previous_version, previous, plans, inputs)
             _record_snapshot(con, run_id, previous_version, "unchanged")
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
             return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
-                                 seconds=round(time.perf_counter() - started, 3))
+                                 seconds=round(time.perf_counter() - started, 3),
+                                 hashed=[p for p, pl in plans.items() if not pl.from_manifest])
         _refuse_empty(plans, before, previous_version, allow_empty)
         check_privacy(con, plans)
 
         created = datetime.now(timezone.utc)
         version = f"{created:%Y%m%dT%H%M%S%f}Z-{re.sub(r'[^A-Za-z0-9]', '', run_id)[:8] or 'run'}"
         _record_snapshot(con, run_id, version, "published")
-        for path, planned in list(plans.items()):  # the run log now holds this run: hash it again
-            if planned.dataset.table in RUN_LOG:
-                plans[path] = plan(con, planned.dataset, objects)
+        # the run log now holds this run; datasets keep their order in the manifest
+        plans = {d.path: plans.get(d.path) or plan(con, d, objects) for d in published}
 
         snap = snaps / version
         try:
             snap.mkdir()
             manifest = _write_snapshot(con, snap, plans, objects, run_id, created, previous_version, watermarks,
-                                       hook)
+                                       hook, inputs)
             tmp = export_dir / f".{CURRENT}.link-{os.getpid()}"
             tmp.unlink(missing_ok=True)
             os.symlink(f"{SNAPSHOTS}/{version}", tmp)
@@ -225,11 +233,12 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         "published", version, snap, manifest,
         bytes_written=sum(p.bytes for p in parts if not p.reused), bytes_reused=sum(p.bytes for p in parts if p.reused),
         files_written=sum(not p.reused for p in parts), files_reused=sum(p.reused for p in parts),
-        seconds=round(time.perf_counter() - started, 3))
+        seconds=round(time.perf_counter() - started, 3), hashed=[p for p, pl in plans.items() if not pl.from_manifest])
 
 
 def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_id: str, created: datetime,
-                    previous_version: str | None, watermarks: dict | None, hook: Hook) -> dict:
+                    previous_version: str | None, watermarks: dict | None, hook: Hook,
+                    inputs: dict[str, str | None]) -> dict:
     known = _known_objects(snap.parent)
     for planned in plans.values():
         write_objects(con, planned, objects, known)
@@ -246,7 +255,8 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     hook("files_linked")
     warehouse_bytes = build_warehouse(con, snap / WAREHOUSE_FILE, views)
     hook("warehouse_built")
-    excluded = _excluded(con, run_id)
+    built = versions.built_by(con)
+    excluded = _excluded(con, run_id, built)
     validation = validation_summary(con, run_id)
     manifest = {
         "format": FORMAT, "version": snap.name, "run_id": run_id, "created_at": created.isoformat(),
@@ -257,6 +267,8 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
         "datasets": {path: {
             "table": p.dataset.table, "kind": p.dataset.kind, "rows": p.rows, "columns": p.columns,
             "content_hash": p.content_hash, "order_by": list(p.dataset.order),
+            "input_version": inputs.get(path), "partition_sql": p.part_sql,
+            "built_by_run": built.get(p.dataset.table, run_id),
             "excluded_rows": excluded.get(p.dataset.table, 0),
             "validation": validation["tables"].get(p.dataset.table, {"status": "not validated"}),
             "files": [{"name": f.name, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256, "object": f.key,
@@ -275,6 +287,53 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     fsync_dir(snap.parent)
     hook("manifest_written")
     return manifest
+
+
+def _input_versions(con: duckdb.DuckDBPyConnection, published: list[Dataset],
+                    pseudonym_key: bytes) -> dict[str, str | None]:
+    """Per dataset, what its published files are a function of: the table's version, the
+    projection, the publisher's format and (shared datasets) the pseudonym key. None for a table
+    without a version (the ingest bookkeeping): hashed every run."""
+    tables = versions.versions_of(con, [d.table for d in published])
+    secret = versions.secret_hash(pseudonym_key)
+    return {d.path: None if tables.get(d.table) is None else versions.key(
+        FORMAT, parquet.FORMAT, tables[d.table], d.select, d.order, secret if d.shared else None)
+        for d in published}
+
+
+def _plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, input_version: str | None,
+          entry: dict | None) -> Plan:
+    """The current manifest's entry when the dataset's inputs are those it recorded, else hash it."""
+    if input_version is not None and entry and entry.get("input_version") == input_version:
+        reused = parquet.reuse(dataset, entry, objects)
+        if reused is not None:
+            return reused
+    return plan(con, dataset, objects)
+
+
+def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: dict, plans: dict[str, Plan],
+                         inputs: dict[str, str | None]) -> None:
+    """Nothing changed, but tables were rebuilt (a full refresh): the current manifest's entries
+    are what the new versions produce, so say so, or every later no-op would hash them again.
+    Only these private fields change (temp file, fsync, rename)."""
+    built = versions.built_by(con)
+    changed = False
+    for path, planned in plans.items():
+        entry = manifest["datasets"][path]
+        now = {"input_version": inputs.get(path), "partition_sql": planned.part_sql,
+               "built_by_run": built.get(planned.dataset.table, entry.get("built_by_run"))}
+        if inputs.get(path) and any(entry.get(k) != v for k, v in now.items()):
+            entry.update(now)
+            changed = True
+    if not changed:
+        return
+    tmp = snap / f".{MANIFEST}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1, ensure_ascii=False, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, snap / MANIFEST)
+    fsync_dir(snap)
 
 
 def _unchanged(plans: dict[str, Plan], before: dict) -> bool:
@@ -362,12 +421,12 @@ def watermarks(con: duckdb.DuckDBPyConnection) -> dict:
     return {s: {"files": f, "bytes_consumed": b, "high_water_mark": h, "last_run_id": r} for s, f, b, h, r in rows}
 
 
-def _excluded(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
-    try:
-        return dict(con.execute("select table_name, count(*) from ingest.excluded where run_id = ? group by 1",
-                                [run_id]).fetchall())
-    except duckdb.CatalogException:  # created by the expectation actions, when present
-        return {}
+def _excluded(con: duckdb.DuckDBPyConnection, run_id: str, built: dict[str, str]) -> dict[str, int]:
+    """Rows kept out of each table now (a reused table counts the ledger rows of the run that built it)."""
+    out: dict[str, int] = {}
+    for table, _, n in versions.exclusions(con, run_id, built=built):
+        out[table] = out.get(table, 0) + n
+    return out
 
 
 def _ensure_run_columns(con: duckdb.DuckDBPyConnection) -> None:

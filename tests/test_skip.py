@@ -1,0 +1,316 @@
+"""A run costs what is new: tables whose inputs did not change are not rebuilt, validated or hashed.
+
+Asserted through the lineage (``lineage.table_versions``: which run built each table's current
+version; ``lineage.validated``: which run validated it) and the publisher's result, not timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from datetime import timedelta
+
+import dagster as dg
+import duckdb
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings as hsettings, strategies as st
+
+from conftest import copy_run, dumps, interaction, write_lines
+from dagster_project.definitions import load_definitions
+from dagster_project.pipeline import run_pipeline
+from dagster_project.publishing import SNAPSHOTS, publish_snapshot, read_manifest
+from dagster_project.publishing.snapshot import RUN_LOG
+
+KEY = "test-key"
+
+
+def query(settings, sql: str, params=None) -> list[tuple]:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def built_by(settings) -> dict[str, str]:
+    """Built table -> the run that built its current version."""
+    return dict(query(settings, "select table_name, run_id from lineage.table_versions where input_key is not null"))
+
+
+def validated_by(settings) -> dict[str, str]:
+    return dict(query(settings, "select table_name, run_id from lineage.validated"))
+
+
+def rebuilt(settings, run_id: str) -> set[str]:
+    return {t for t, r in built_by(settings).items() if r == run_id}
+
+
+def snapshot_status(settings, run_id: str) -> str:
+    return query(settings, "select snapshot_status from ingest.runs where run_id = ?", [run_id])[0][0]
+
+
+def hashed_by_a_publish(settings) -> list[str]:
+    """Publish now (what the snapshot step does) and say which datasets had to be read."""
+    con = duckdb.connect(str(settings.state_db))
+    con.execute("set TimeZone = 'UTC'")
+    try:
+        result = publish_snapshot(con, export_dir=settings.export_dir, warehouse=settings.warehouse,
+                                  run_id="probe", pseudonym_key=KEY.encode())
+    finally:
+        con.close()
+    assert result.status == "unchanged"
+    return result.hashed
+
+
+def unversioned(settings) -> set[str]:
+    """Datasets of tables without a version (the ingest bookkeeping): hashed every run."""
+    manifest = read_manifest(settings.export_dir)
+    return {p for p, d in manifest["datasets"].items() if d["table"].startswith("ingest.")}
+
+
+def downstream(*assets: str) -> set[str]:
+    """Every table the job builds downstream of these assets (from the asset graph itself)."""
+    graph = load_definitions().resolve_asset_graph()
+    todo, seen = [dg.AssetKey.from_user_string(a) for a in assets], set()
+    while todo:
+        for child in graph.get(todo.pop()).child_keys:
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return {".".join(k.path) for k in seen if k.path[0] in ("staging", "marts", "exports")}
+
+
+@pytest.fixture
+def lake(sample_run, tmp_path):
+    """A copy of the session's sample run whose raw files are the same inodes (an unchanged lake)."""
+    settings = copy_run(sample_run[0], tmp_path, link_raw=True)
+    # A copy breaks the hard links between snapshot files and their objects, and an object no
+    # snapshot links is deleted (then every dataset is hashed again: right, but not what is tested).
+    snaps = settings.export_dir / SNAPSHOTS
+    for manifest in snaps.glob("*/manifest.json"):
+        for path, entry in json.loads(manifest.read_text()).get("datasets", {}).items():
+            for f in entry["files"]:
+                obj = snaps / ".objects" / f"{f['object']}.parquet"
+                obj.unlink(missing_ok=True)
+                os.link(manifest.parent / path / f["name"], obj)
+    return settings
+
+
+def test_a_no_op_run_rebuilds_validates_and_hashes_nothing(lake):
+    (first,) = query(lake, "select run_id from ingest.runs where status = 'success' order by started_at desc limit 1")[0]
+    built, checked = built_by(lake), validated_by(lake)
+    assert set(built.values()) == {first} and len(built) > 30  # every built table, by the first run
+    assert set(checked.values()) == {first}
+
+    result = run_pipeline(lake)
+    assert result.success, result.failures
+    assert built_by(lake) == built and validated_by(lake) == checked  # nothing rebuilt or validated again
+    assert snapshot_status(lake, result.run_id) == "unchanged"
+    # the reused results are this run's too: the publish gate, the manifest and status read them
+    per_table = "select table_name, expectation, success from ingest.validations where run_id = ? order by all"
+    assert query(lake, per_table, [result.run_id]) == query(lake, per_table, [first])
+    assert set(hashed_by_a_publish(lake)) <= unversioned(lake)
+
+
+def test_appending_to_one_source_rebuilds_exactly_the_tables_downstream_of_it(lake):
+    line = json.loads((lake.raw_dir / "signals").glob("*.jsonl").__next__().read_text().splitlines()[0])
+    write_lines(lake.raw_dir / "signals" / "more.jsonl", [dumps({**line, "id": "00000000-0000-4000-8000-5161a1000001"})])
+    result = run_pipeline(lake)
+    assert result.success, result.failures
+    expected = downstream("ingest/signals")
+    assert expected and "marts.interaction_labels" not in expected
+    assert rebuilt(lake, result.run_id) == expected
+    assert {t for t, r in validated_by(lake).items() if r == result.run_id} <= expected
+    assert snapshot_status(lake, result.run_id) == "published"
+    manifest = read_manifest(lake.export_dir)
+    assert manifest["datasets"]["analytics/signal_opinions"]["rows"] >= 1
+    assert set(hashed_by_a_publish(lake)) <= unversioned(lake)
+
+
+def test_a_setting_a_table_reads_rebuilds_it_and_what_reads_it(lake):
+    fraction = run_pipeline(replace(lake, eval_fraction=0.3))
+    assert fraction.success, fraction.failures
+    assert rebuilt(lake, fraction.run_id) == {"exports.sft", "exports.kto", "exports.dpo", "exports.weighted"}
+    assert snapshot_status(lake, fraction.run_id) == "published"
+
+    later = run_pipeline(replace(lake, eval_fraction=0.3, as_of=lake.as_of + timedelta(days=1)))
+    assert later.success, later.failures
+    # the run date: staging's "not in the future", signal decay, rating retention, hence everything
+    assert rebuilt(lake, later.run_id) == set(built_by(lake))
+
+
+def test_a_full_refresh_of_identical_data_publishes_nothing_and_the_next_run_reads_nothing(lake):
+    result = run_pipeline(lake, full_refresh=True)
+    assert result.success, result.failures
+    assert rebuilt(lake, result.run_id) == set(built_by(lake))  # raw was replayed: a new epoch
+    assert snapshot_status(lake, result.run_id) == "unchanged"
+    # the manifest now names the rebuilt versions: the next no-op reads no table
+    assert set(hashed_by_a_publish(lake)) <= unversioned(lake)
+    again = run_pipeline(lake)
+    assert again.success and rebuilt(lake, again.run_id) == set()
+
+
+def test_a_reused_table_keeps_the_exclusions_of_the_run_that_built_it(sample_run_copy):
+    lake = sample_run_copy
+    from dagster_project import versions
+
+    con = duckdb.connect(str(lake.state_db))
+    (victim,) = con.execute("select interaction_id from exports.sft order by 1 limit 1").fetchone()
+    con.execute("update raw.interactions set input_text = '' where id = ?", [victim])
+    versions.bump(con, "raw.interactions", None)
+    con.close()
+    dropped = run_pipeline(lake)
+    assert dropped.success, dropped.failures
+    assert read_manifest(lake.export_dir)["datasets"]["training/sft"]["excluded_rows"] == 1
+    # a new signal: a new snapshot, while exports.sft is reused from the run that dropped the row
+    line = json.loads((lake.raw_dir / "signals").glob("*.jsonl").__next__().read_text().splitlines()[0])
+    write_lines(lake.raw_dir / "signals" / "more.jsonl", [dumps({**line, "id": "00000000-0000-4000-8000-5161a1000002"})])
+    later = run_pipeline(lake)
+    assert later.success, later.failures
+    assert built_by(lake)["exports.sft"] == dropped.run_id
+    manifest = read_manifest(lake.export_dir)
+    assert manifest["run_id"] == later.run_id
+    assert manifest["datasets"]["training/sft"]["excluded_rows"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# incremental == one full refresh of the final lake (hypothesis)
+# ---------------------------------------------------------------------------------------------
+
+SOURCES = ("interactions", "feedback", "signals")
+
+
+def append(raw, source: str, n: int, serial: int) -> None:
+    """``n`` new records of ``source`` in a file of its own (as the producers do: one file per day)."""
+    if source == "interactions":
+        lines = [dumps(interaction(serial * 10 + k, input_text=f"question {serial}-{k}",
+                                   output_text=f"answer {serial}-{k}", user_feedback=("positive", "negative")[k % 2]))
+                 for k in range(n)]
+        write_lines(raw / "interactions" / f"interactions_2026-02-26_{serial:08d}.jsonl", lines)
+    elif source == "feedback":
+        lines = [dumps({"record_id": interaction(k)["id"], "feedback": ("positive", "negative")[(serial + k) % 2],
+                        "was_edited": False, "timestamp": f"2026-02-26T15:{serial % 60:02d}:{k % 60:02d}",
+                        "source": "manual"}) for k in range(n)]
+        write_lines(raw / "feedback" / f"2026-02-{10 + serial % 18:02d}_feedback.jsonl", lines, mode="ab")
+    else:
+        lines = [dumps({"id": f"00000000-0000-4000-9000-{serial * 10 + k:012d}", "timestamp": 1765369657929 + k,
+                        "signal": ("good", "bad")[k % 2], "strength": 1.0, "context": f"signal {serial}",
+                        "session_id": None, "source": "manual", "created_at": "2026-02-20T13:27:37.929481",
+                        "target_type": "chunk", "target_id": f"t{k % 3}", "aspect": "classification",
+                        "original_class": None, "suggested_class": None}) for k in range(n)]
+        write_lines(raw / "signals" / "buffer.jsonl", lines, mode="ab")
+
+
+def published_tables(settings) -> dict[str, list]:
+    """Every staged, mart and export table, without the columns that say when this lake saw a row."""
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        out = {}
+        for schema, table in con.execute("select schema_name, table_name from duckdb_tables() "
+                                         "where schema_name in ('staging', 'marts', 'exports') order by all").fetchall():
+            columns = [c for (c,) in con.execute("select column_name from duckdb_columns() where schema_name = ? "
+                                                 "and table_name = ? order by column_index", [schema, table]).fetchall()
+                       if c not in ("observed_seq", "ingest_run_id")]
+            out[f"{schema}.{table}"] = sorted(map(repr, con.execute(
+                f'select {", ".join(chr(34) + c + chr(34) for c in columns)} from "{schema}"."{table}"').fetchall()))
+        return out
+    finally:
+        con.close()
+
+
+def shared_hashes(settings) -> dict[str, str]:
+    manifest = read_manifest(settings.export_dir)
+    return {p: d["content_hash"] for p, d in manifest["datasets"].items()
+            if d["kind"] != "internal" and d["table"] not in RUN_LOG}
+
+
+@pytest.mark.slow
+# A pipeline run costs seconds: few examples, one of them every source, and no shrinking.
+@hsettings(max_examples=2, deadline=None, phases=[Phase.explicit, Phase.generate],
+           suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.lists(st.tuples(st.sampled_from(SOURCES), st.integers(1, 4)), min_size=1, max_size=3),
+                      min_size=1, max_size=2))
+@example(steps=[[("signals", 2), ("feedback", 1)], [("interactions", 3), ("feedback", 2)]])
+def test_runs_between_appends_leave_what_one_full_refresh_of_the_final_lake_does(tmp_path_factory, steps):
+    from dagster_project.settings import Settings
+
+    base = tmp_path_factory.mktemp("skip")
+
+    def fresh(name):
+        root = base / name
+        (root / "raw").mkdir(parents=True)
+        return Settings.from_env({"FLYWHEEL_RAW_DIR": str(root / "raw"),
+                                  "FLYWHEEL_WAREHOUSE": str(root / "warehouse.duckdb"),
+                                  "FLYWHEEL_EXPORT_DIR": str(root / "exports"), "FLYWHEEL_AS_OF": "2026-03-01",
+                                  "FLYWHEEL_PSEUDONYM_KEY": KEY, "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"})
+
+    inc = fresh("inc")
+    append(inc.raw_dir, "interactions", 2, 0)
+    serial = 1
+    for batch in [[], *steps]:
+        for source, n in batch:
+            append(inc.raw_dir, source, n, serial)
+            serial += 1
+        result = run_pipeline(inc)
+        assert result.success, result.failures
+
+    once = fresh("once")
+    import shutil
+
+    shutil.rmtree(once.raw_dir)
+    shutil.copytree(inc.raw_dir, once.raw_dir)
+    assert run_pipeline(once).success
+    assert published_tables(inc) == published_tables(once)
+    assert shared_hashes(inc) == shared_hashes(once)
+
+
+# ---------------------------------------------------------------------------------------------
+# the lineage rules themselves (no pipeline)
+# ---------------------------------------------------------------------------------------------
+
+def test_a_build_that_fails_half_way_or_a_dropped_table_is_never_reused(tmp_path):
+    from dagster_project import versions
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("create schema staging; create table staging.t as select 1 as x")
+    versions.bump(con, "raw.x", "run-0")
+    key = versions.input_key(con, ["raw.x"], {"eval_fraction": 0.05})
+    versions.record_build(con, "staging.t", key, "run-1")
+    assert versions.reusable(con, ["staging.t"], key)
+    assert not versions.reusable(con, ["staging.t"], versions.input_key(con, ["raw.x"], {"eval_fraction": 0.1}))
+    validated = versions.validation_key(con, "staging.t", "2026-03-01", "2026-03-01")
+
+    versions.invalidate(con, "staging.t")  # what a build does first
+    assert not versions.reusable(con, ["staging.t"], key)
+    assert versions.validation_key(con, "staging.t", "2026-03-01", "2026-03-01") != validated
+    versions.record_build(con, "staging.t", key, "run-2")
+    assert versions.reusable(con, ["staging.t"], key)
+    assert versions.validation_key(con, "staging.t", "2026-03-01", "2026-03-01") == validated  # same inputs, same rows
+
+    versions.bump(con, "raw.x", "run-3")  # new raw rows: a new key
+    assert versions.input_key(con, ["raw.x"], {"eval_fraction": 0.05}) != key
+    con.execute("drop table staging.t")
+    assert not versions.reusable(con, ["staging.t"], key)
+
+
+def test_a_reused_validation_is_recorded_for_the_run_that_reuses_it_failures_included(tmp_path):
+    from dagster_project import versions
+    from dagster_project.publishing.snapshot import _gate_validations, validation_summary
+    from dagster_project.validation import ensure_validations_table
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    ensure_validations_table(con)
+    con.execute("insert into ingest.validations (run_id, table_name, expectation, blocking, success, status) values "
+                "('run-1', 'marts.m', 'id is unique', true, false, 'failed'), "
+                "('run-1', 'marts.m', 'id not null', true, true, 'passed')")
+    versions.record_validation(con, "marts.m", "k1", "run-1", False, {"description": "id is unique failed"})
+    assert versions.reuse_validation(con, "marts.m", "k2", "run-2") is None  # another version: validate
+    assert versions.reuse_validation(con, "marts.m", None, "run-2") is None  # no version: validate
+    passed, result, by = versions.reuse_validation(con, "marts.m", "k1", "run-2")
+    assert (passed, result["description"], by) == (False, "id is unique failed", "run-1")
+    assert con.execute("select expectation, success from ingest.validations where run_id = 'run-2' order by 1"
+                       ).fetchall() == [("id is unique", False), ("id not null", True)]
+    assert validation_summary(con, "run-2")["status"] == "failed"
+    with pytest.raises(Exception, match="marts.m"):
+        _gate_validations(con, "run-2")  # a reused failure still blocks the publish

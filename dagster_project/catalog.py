@@ -32,6 +32,10 @@ TABLES: dict[str, str] = {
     "ingest.erasures": "One row per source per erasure (flywheel forget) or retention pass: when, kind "
                        "(session | user | retention) and the rows removed per layer; never the id.",
     "ingest.bronze_applied": "One row per source: the last bronze entry (observation sequence) applied to raw.",
+    "lineage.table_versions": "Private (never published): one row per table a run writes: its content version "
+                              "and, for built tables, the key of the inputs it was built from (dagster_project/versions.py).",
+    "lineage.validated": "Private (never published): per table, the last validation: on which version, by which "
+                         "run, passed or not (a table that did not change keeps that result).",
     "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
                           "(detects rows updated or deleted anywhere in the table).",
     "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
@@ -134,6 +138,18 @@ COLUMNS: dict[str, str] = {
 
 # Columns whose meaning depends on the table.
 TABLE_COLUMNS: dict[str, str] = {
+    "lineage.table_versions.table_name": "schema.table in the state database.",
+    "lineage.table_versions.version": "Changes whenever the content may have changed (built tables: the input key).",
+    "lineage.table_versions.epoch": "Changes only when the table was rebuilt rather than appended to.",
+    "lineage.table_versions.input_key": "Built tables: sha256 of code, settings read and input versions; null while "
+                                        "a build is under way or for tables ingest writes.",
+    "lineage.table_versions.run_id": "The run that made this version.",
+    "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
+    "lineage.validated.table_name": "schema.table validated.",
+    "lineage.validated.validation_key": "sha256 of the suites' code, the table's version and the run and clock dates.",
+    "lineage.validated.run_id": "The run that validated it (its rows in ingest.validations are copied to later runs).",
+    "lineage.validated.passed": "Whether every blocking expectation passed.",
+    "lineage.validated.result": "What the check reported (rows validated, failures), reported again on reuse.",
     "ingest.erasures.erased_at": "When the erasure or retention pass ran (UTC).",
     "ingest.erasures.kind": "session | user (flywheel forget) or retention (the source's retention window).",
     "ingest.erasures.source": "The source whose records were removed (snapshots: kept snapshots' files).",

@@ -40,6 +40,10 @@ TABLES: dict[str, str] = {
                                     "(private: never published).",
     "lineage.validated_rows": "The 64-bit hash of the checked columns of every row of each baselined table: rows "
                               "not in it are the ones the next validation looks at (private: never published).",
+    "lineage.table_versions": "Private (never published): one row per table a run writes: its content version "
+                              "and, for built tables, the key of the inputs it was built from (dagster_project/versions.py).",
+    "lineage.validated": "Private (never published): per table, the last validation: on which version, by which "
+                         "run, passed or not (a table that did not change keeps that result).",
     "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
                           "(detects rows updated or deleted anywhere in the table).",
     "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
@@ -164,6 +168,18 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.validation_baselines.updated_at": "When the baseline was recorded (UTC).",
     "lineage.validated_rows.table_name": "The validated table (schema.table).",
     "lineage.validated_rows.row_hash": "DuckDB hash() of the row's checked columns.",
+    "lineage.table_versions.table_name": "schema.table in the state database.",
+    "lineage.table_versions.version": "Changes whenever the content may have changed (built tables: the input key).",
+    "lineage.table_versions.epoch": "Changes only when the table was rebuilt rather than appended to.",
+    "lineage.table_versions.input_key": "Built tables: sha256 of code, settings read and input versions; null while "
+                                        "a build is under way or for tables ingest writes.",
+    "lineage.table_versions.run_id": "The run that made this version.",
+    "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
+    "lineage.validated.table_name": "schema.table validated.",
+    "lineage.validated.validation_key": "sha256 of the suites' code, the table's version and the run and clock dates.",
+    "lineage.validated.run_id": "The run that validated it (its rows in ingest.validations are copied to later runs).",
+    "lineage.validated.passed": "Whether every blocking expectation passed.",
+    "lineage.validated.result": "What the check reported (rows validated, failures), reported again on reuse.",
     "ingest.erasures.erased_at": "When the erasure or retention pass ran (UTC).",
     "ingest.erasures.kind": "session | user (flywheel forget) or retention (the source's retention window).",
     "ingest.erasures.source": "The source whose records were removed (snapshots: kept snapshots' files).",
@@ -417,7 +433,6 @@ TABLES.update({
                            "pseudonym, computed once per interaction version.",
     "lineage.training_weighted_inputs": "What the last training build read of staging.weighted_examples: "
                                         "a hash of each row.",
-    "lineage.table_versions": "Content version of every table a run writes (dagster_project/versions.py).",
 })
 TABLE_COLUMNS.update({
     "lineage.mart_watermarks.builder": "labels | training.",
@@ -439,12 +454,6 @@ TABLE_COLUMNS.update({
     "lineage.prompt_keys.session_pseudonym": "The session's keyed pseudonym.",
     "lineage.training_weighted_inputs.content_hash": "The weighted example's content hash.",
     "lineage.training_weighted_inputs.h": "hash of its whole staging row.",
-    "lineage.table_versions.table_name": "schema.table.",
-    "lineage.table_versions.version": "Changes whenever the table's content may have changed.",
-    "lineage.table_versions.epoch": "Changes only when the table was rebuilt rather than appended to.",
-    "lineage.table_versions.input_key": "Built tables: the key of the code, settings and input versions they were built from.",
-    "lineage.table_versions.run_id": "The run that made this version.",
-    "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
 })
 
 

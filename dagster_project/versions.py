@@ -198,14 +198,19 @@ def ensure_validated(con: duckdb.DuckDBPyConnection) -> None:
         )""")
 
 
-def validation_key(con: duckdb.DuckDBPyConnection, table: str, run_date, today) -> str | None:
-    """None for a table without a version (it is validated every run)."""
+def validation_key(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """None for a table without a version (it is validated every run).
+
+    Neither the run date nor the clock is part of it: the suites compare times with the clock
+    only as "not in the future", which a row that passed keeps passing as time goes on. A result
+    with any unexpected row is reused only on the day it was found (``reuse_validation``).
+    """
     version = get(con, table)
-    return None if version is None else key(code(), version.version, str(run_date), str(today))
+    return None if version is None else key(code(), version.version)
 
 
 def reuse_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key: str | None,
-                     run_id: str) -> tuple[bool, dict, str] | None:
+                     run_id: str, today) -> tuple[bool, dict, str] | None:
     """(passed, result, run that validated) of the table's last validation when it ran on what
     ``validation_key`` stands for; its ``ingest.validations`` rows are recorded again under
     ``run_id``, so the publish gate, the manifest and ``flywheel status`` read this run as usual."""
@@ -216,13 +221,16 @@ def reuse_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key:
                       [table, validation_key]).fetchone()
     if row is None or row[0] == run_id:
         return None
+    result = json.loads(row[2]) if row[2] else {}
+    if result.get("failed", "none") != "none" and result.get("validated_on") != str(today):
+        return None  # something was unexpected: time may have changed the verdict, validate again
     copied = con.execute(
         "insert into ingest.validations by name select * replace ($run as run_id) from ingest.validations "
         "where run_id = $before and table_name = $table",
         {"run": run_id, "before": row[0], "table": table}).fetchone()[0]
     if not copied:  # its rows are gone (a scrubbed run log): validate again
         return None
-    return bool(row[1]), json.loads(row[2]) if row[2] else {}, row[0]
+    return bool(row[1]), result, row[0]
 
 
 def record_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key: str | None, run_id: str,

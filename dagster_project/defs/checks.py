@@ -4,7 +4,7 @@ A failing blocking check stops everything downstream, and the snapshot is downst
 table: so one failing table means nothing of the run is published. Every other check still
 runs, so the run reports all failures at once.
 
-A table whose version is the one its last validation ran on (same suite code, same day) keeps
+A table whose version is the one its last validation ran on (same suite code; a result with unexpected rows only the same day) keeps
 that result without reading the table or importing Great Expectations (``versions``).
 """
 
@@ -42,15 +42,15 @@ def table_check(table: str) -> dg.AssetChecksDefinition:
     def _check(context: dg.AssetCheckExecutionContext, flywheel: FlywheelResource) -> dg.AssetCheckResult:
         run_id = context.op_execution_context.run_id
         with flywheel.state() as con:
-            key = versions.validation_key(con, table, flywheel.settings().run_date,
-                                          datetime.now(timezone.utc).date())
-            reused = versions.reuse_validation(con, table, key, run_id)
+            today = datetime.now(timezone.utc).date()
+            key = versions.validation_key(con, table)
+            reused = versions.reuse_validation(con, table, key, run_id, today)
             if reused is not None:
                 passed, result, validated_by = reused
             else:
                 report = validate_table(con, table, run_id=run_id)
                 record_validations(con, report)
-                passed, result, validated_by = report.success, _check_result(report), None
+                passed, result, validated_by = report.success, {**_check_result(report), "validated_on": str(today)}, None
                 versions.record_validation(con, table, key, run_id, passed, result)
         description = result.get("description")
         return dg.AssetCheckResult(

@@ -13,6 +13,7 @@ import dagster as dg
 
 from dagster_project import versions
 from dagster_project.engine import Ingestor, check_accounting
+from dagster_project.expectations import FUTURE_SLACK
 from dagster_project.metadata import count, markdown_table, preview
 from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
@@ -155,12 +156,18 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
 
 
 def staging_key(con, spec: SourceSpec, flywheel: FlywheelResource) -> str:
-    """Staging is a function of raw, the source's declaration and the code; its drop expectation
-    "not in the future" compares with the clock, so the run date and today's date count too."""
-    today = datetime.now(timezone.utc).date()
+    """Staging is a function of raw, the source's declaration and the code, and of the clock only
+    through its drop expectation "the last-wins time is not beyond now + slack". Of the clock,
+    what matters is how many raw versions are still beyond it: that set only shrinks as time
+    passes, so an equal count is an equal set and an equal table (a new day alone rebuilds nothing)."""
+    order = spec.order[0] if spec.order else None
+    beyond = None
+    if order and any(f.name == order and f.time for f in spec.fields):
+        cutoff = datetime.now(timezone.utc) + FUTURE_SLACK
+        beyond = count(con, f"select count(*) from raw.{q(spec.name)} where {q(order)} > $cutoff",
+                       {"cutoff": cutoff}) if versions.exists(con, f"raw.{spec.name}") else 0
     return versions.input_key(con, [f"raw.{spec.name}"], {
-        "spec": repr(dataclasses.asdict(spec)),
-        "run_date": flywheel.settings().run_date, "today": today})
+        "spec": repr(dataclasses.asdict(spec)), "versions_beyond_now": beyond})
 
 
 SOURCES = builtin_sources()

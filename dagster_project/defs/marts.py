@@ -54,7 +54,8 @@ TRAINING_SETS = TableGroup(
     tables=["exports.sft", "exports.kto", "exports.dpo", "exports.weighted"],
     deps=["marts/interaction_labels", "staging/interactions", "staging/weighted_examples"],
     build=_training_sets,
-    reads=("run_date", "eval_fraction", "dpo_max_pairs", "pseudonym_key"),
+    # no run_date: as_of reaches the training sets only through retention, which is off here
+    reads=("eval_fraction", "dpo_max_pairs", "pseudonym_key"),
     description="TRL conversational training set built from the final labels (split by a hash of "
     "the normalised prompt; ids pseudonymised).",
     headline=lambda con: {"exports.kto": {"class_balance": dg.MetadataValue.json(

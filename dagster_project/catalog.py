@@ -444,6 +444,7 @@ TABLE_COLUMNS.update({
     "lineage.label_builds.build": "Random id of the build (a consumer checks it is following the same log).",
     "lineage.label_builds.whole": "True when the build was whole (no change list: consumers rebuild whole).",
     "lineage.label_builds.inputs_sum": "Sum of the fingerprints of the staging rows the build read.",
+    "lineage.label_builds.inputs_rows": "How many staging rows the build read.",
     "lineage.label_changes.seq": "The labels build that re-decided the interaction.",
     "lineage.label_changes.interaction_id": "The interaction re-decided.",
     "lineage.prompt_keys.id": "The interaction id.",

@@ -261,6 +261,13 @@ def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_ru
     assert after["datasets"]["training/sft"]["rows"] >= reference["datasets"]["training/sft"]["rows"]
 
 
+def rewritten_in_place(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Rows edited in place are a rewritten table (a new epoch): incremental marts start again."""
+    from dagster_project import versions
+
+    versions.bump(con, table, None, reset=True)
+
+
 @pytest.mark.slow
 def test_one_bad_training_row_is_dropped_named_in_the_ledger_and_counted_in_the_manifest(sample_run_copy):
     lake = sample_run_copy  # a successful run of the sample lake

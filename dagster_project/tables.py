@@ -16,7 +16,7 @@ import duckdb
 from dagster_project import versions
 from dagster_project.metadata import count, preview
 from dagster_project.resources import FlywheelResource
-from dagster_project.validation import apply_drops
+from dagster_project.validation import apply_drops, carry_exclusions
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -90,12 +90,17 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         **reused_metadata(con, table, context.run_id),
                         "preview": preview(con, _quoted(table)), **extra.get(table, {})})
                 return
+            built_by = {table: versions.get(con, table) for table in spec.tables}
             for table in spec.tables:  # a build that fails half-way must not look current
                 versions.invalidate(con, table)
             counts = spec.build(con, flywheel, context)
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)
             drops = {table: apply_drops(con, table, run_id=context.run_id) for table in spec.tables}
+            # an incremental build leaves earlier exclusions out of the table: they still count
+            carried = {table: carry_exclusions(con, table, run_id=context.run_id,
+                                               previous_run=before.run_id if before else None)
+                       for table, before in built_by.items()}
             for table in spec.tables:
                 versions.record_build(con, table, key, context.run_id)
             extra = spec.headline(con) if spec.headline else {}
@@ -105,8 +110,9 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                     metadata={
                         "dagster/row_count": int(counts.get(table, 0)) - drops[table].total,
                         "reused": False,
-                        "excluded_rows": drops[table].total,
-                        "excluded": dg.MetadataValue.json(drops[table].metadata()),
+                        "excluded_rows": drops[table].total + carried[table],
+                        "excluded": dg.MetadataValue.json({**drops[table].metadata(),
+                                                           "carried_from_earlier_runs": carried[table]}),
                         "preview": preview(con, _quoted(table)),
                         **extra.get(table, {}),
                     },

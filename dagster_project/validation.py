@@ -904,9 +904,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
     ensure_excluded_table(con)
     for statement in MACROS:
         con.execute(statement)
-    keys = [c for c in (order_keys(table) or suite_key(suite)) if c in columns]
-    key_sql = ("concat_ws('|', " + ", ".join(f"coalesce({_q(k)}::varchar, '∅')" for k in keys) + ")"
-               if keys else "rowid::varchar")
+    key_sql = _row_key_sql(table, suite, columns)
     path_col, line_col = next(((p, l) for p, l in PROVENANCE_PAIRS if p in columns and l in columns),
                               (None, None))
     path_sql = f"{_q(path_col)}::varchar" if path_col else "null::varchar"
@@ -951,6 +949,37 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
         con.execute("rollback")
         raise
     return report
+
+
+def _row_key_sql(table: str, suite: list[Check], columns) -> str:
+    """A row's ``row_key`` in the ledger: the table's key columns as text, '|'-joined."""
+    keys = [c for c in (order_keys(table) or suite_key(suite)) if c in columns]
+    return ("concat_ws('|', " + ", ".join(f"coalesce({_q(k)}::varchar, '∅')" for k in keys) + ")"
+            if keys else "rowid::varchar")
+
+
+def carry_exclusions(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, previous_run: str | None) -> int:
+    """Record again, for ``run_id``, the exclusions of ``previous_run`` that still hold.
+
+    An incremental build recomputes only what changed, so its drop step sees only those rows: a
+    row a drop expectation kept out before, that this build neither brought back nor excluded
+    again, is still out. Its ledger row is copied to this run so that the ledger of the run that
+    built a table (what the manifest and ``flywheel status`` count) names everything it lacks.
+    """
+    columns = table_columns(con, table)
+    suite = SUITES.get(table) or []
+    if previous_run is None or previous_run == run_id or columns is None \
+            or not any(c.action == "drop" for c in suite):
+        return 0
+    ensure_excluded_table(con)
+    return int(con.execute(
+        f"""insert into ingest.excluded
+        select * replace ($run as run_id) from ingest.excluded as p
+        where p.run_id = $previous and p.table_name = $table
+            and not exists (select 1 from ingest.excluded as n where n.run_id = $run
+                            and n.table_name = $table and n.row_key = p.row_key and n.expectation = p.expectation)
+            and p.row_key not in (select {_row_key_sql(table, suite, columns)} from {_quote_table(table)})""",
+        {"run": run_id, "previous": previous_run, "table": table}).fetchone()[0])
 
 
 def _note_exclusions(con: duckdb.DuckDBPyConnection, table: str, run_id: str, results: list[CheckResult]) -> None:

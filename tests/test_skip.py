@@ -176,6 +176,35 @@ def test_a_reused_table_keeps_the_exclusions_of_the_run_that_built_it(sample_run
     assert manifest["datasets"]["training/sft"]["excluded_rows"] == 1
 
 
+def test_an_incremental_build_still_counts_the_rows_excluded_before(sample_run_copy):
+    """exports.sft is rebuilt incrementally for a new interaction version: the row a drop
+    expectation excluded in an earlier run stays out, and the ledger of the run that built the
+    table (what the manifest counts) still names it."""
+    lake = sample_run_copy
+    con = duckdb.connect(str(lake.state_db))
+    victim, other = [r for r in con.execute(
+        "select interaction_id, path, line_number from exports.sft order by 1 limit 2").fetchall()]
+    con.close()
+
+    def again(row, **changes):  # the collector writes the interaction again, later, in a new file
+        record = json.loads((lake.raw_dir / row[1]).read_text(encoding="utf-8").splitlines()[row[2] - 1])
+        return dumps({**record, **changes})
+
+    write_lines(lake.raw_dir / "interactions" / "interactions_2026-04-02_zz000001.jsonl", [again(victim, input_text="")])
+    dropped = run_pipeline(lake)
+    assert dropped.success, dropped.failures
+    assert read_manifest(lake.export_dir)["datasets"]["training/sft"]["excluded_rows"] == 1
+
+    write_lines(lake.raw_dir / "interactions" / "interactions_2026-04-02_zz000002.jsonl", [again(other)])
+    later = run_pipeline(lake)
+    assert later.success, later.failures
+    assert built_by(lake)["exports.sft"] == later.run_id  # rebuilt (incrementally) by the later run
+    assert query(lake, "select count(*) from exports.sft where interaction_id = ?", [victim[0]]) == [(0,)]
+    assert query(lake, "select row_key like ? from ingest.excluded where run_id = ? and table_name = 'exports.sft'",
+                 [f"%{victim[0]}%", later.run_id]) == [(True,)]
+    assert read_manifest(lake.export_dir)["datasets"]["training/sft"]["excluded_rows"] == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # incremental == one full refresh of the final lake (hypothesis)
 # ---------------------------------------------------------------------------------------------

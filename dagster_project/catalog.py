@@ -417,6 +417,10 @@ TABLE_COLUMNS: dict[str, str] = {
     "exports.dpo.chosen_id": "Interaction id of the chosen answer.",
     "exports.dpo.rejected_id": "Interaction id of the rejected answer.",
     "exports.dpo.prompt_group": "Hash of the normalised prompt and context the pair shares.",
+    "exports.dpo.pair_timestamp": "The later of the chosen and rejected interactions' times (UTC): the pair exists "
+                                  "from then on; published files are partitioned by its day.",
+    "exports.kto.example_timestamp": "When the interaction or weighted example was written (UTC; null for queue "
+                                     "lines without one); published files are partitioned by its day.",
     "exports.weighted.label": "true = desirable, false = undesirable.",
     "exports.weighted.example_timestamp": "When the example was written (UTC).",
 }

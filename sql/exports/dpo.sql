@@ -17,6 +17,8 @@
 -- prompt = the chosen interaction's prompt messages (system context when not blank, user
 -- input, byte for byte); chosen / rejected = one assistant message each.
 -- Retention as for sft (interactions, relative to $as_of).
+-- pair_timestamp: the later of the two interactions' times (a pair exists from then on); the
+-- published files are partitioned by its day, so a day's new pairs are a new file.
 -- A group is (prompt_group, prompt_hash) from lineage.prompt_keys, which determines the
 -- normalised prompt and context. $all: every group, else only groups in fw_touched_groups
 -- (an incremental build deletes and re-inserts whole groups). fw_interactions:
@@ -29,6 +31,7 @@ with labelled as (
         i.output_text,
         i.path,
         i.line_number,
+        i."timestamp",
         l.label,
         k.prompt_group,
         k.prompt_hash,
@@ -82,7 +85,8 @@ pairs as (
         p.path as chosen_path,
         p.line_number as chosen_line_number,
         n.path as rejected_path,
-        n.line_number as rejected_line_number
+        n.line_number as rejected_line_number,
+        greatest(p."timestamp", n."timestamp") as pair_timestamp
     from candidates as p
     join candidates as n
         on p.prompt_group = n.prompt_group
@@ -112,6 +116,7 @@ select
     chosen_path,
     chosen_line_number,
     rejected_path,
-    rejected_line_number
+    rejected_line_number,
+    pair_timestamp
 from capped
 order by prompt_group, pair_hash, chosen_id, rejected_id

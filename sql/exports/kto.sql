@@ -8,6 +8,8 @@
 -- $all: every row, else only interactions in fw_touched_interactions and weighted examples in
 -- fw_touched_weighted. Interactions' split and pseudonym come from lineage.prompt_keys.
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
+-- example_timestamp: when the interaction or weighted example was written; the published files
+-- are partitioned by its day, so a day's new examples are a new file.
 with labelled as (
     select i.*, l.label, k.prompt_hash, k.has_system, k.session_pseudonym
     from fw_interactions as i
@@ -46,7 +48,8 @@ examples as (
         path,
         line_number,
         byte_offset,
-        session_pseudonym
+        session_pseudonym,
+        "timestamp"::timestamptz as example_timestamp
     from labelled
 
     union all
@@ -62,7 +65,8 @@ examples as (
         path,
         line_number,
         byte_offset,
-        null::varchar as session_pseudonym
+        null::varchar as session_pseudonym,
+        "timestamp"::timestamptz as example_timestamp
     from weighted
 )
 

@@ -275,12 +275,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
                        "reused": f.reused} for f in p.parts],
         } for path, p in plans.items()},
     }
-    tmp = snap / f".{MANIFEST}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=1, ensure_ascii=False, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, snap / MANIFEST)
+    _write_manifest(snap, manifest)
     for directory in (snap, snap / "training", snap / "analytics", snap / "internal"):
         if directory.exists():
             fsync_dir(directory)
@@ -327,13 +322,18 @@ def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: d
             changed = True
     if not changed:
         return
+    _write_manifest(snap, manifest)
+    fsync_dir(snap)
+
+
+def _write_manifest(snap: Path, manifest: dict) -> None:
+    """Replace ``snap``'s manifest whole or not at all: temp file, fsync, rename."""
     tmp = snap / f".{MANIFEST}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1, ensure_ascii=False, default=str)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, snap / MANIFEST)
-    fsync_dir(snap)
 
 
 def _unchanged(plans: dict[str, Plan], before: dict) -> bool:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import duckdb
 
+from transforms.delta import code_fingerprint
+
 SCHEMA = "lineage"
 TABLE = f"{SCHEMA}.table_versions"
 VALIDATED = f"{SCHEMA}.validated"  # the last validation of each table: on which version, by which run
@@ -97,17 +99,6 @@ def key(*parts) -> str:
     """A stable digest of JSON-able parts (code fingerprint, settings, input versions)."""
     text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def code_fingerprint(*paths: Path) -> str:
-    """sha256 over the text of every file under ``paths``: a code change rebuilds what it built."""
-    digest = hashlib.sha256()
-    for root in paths:
-        files = sorted(root.rglob("*")) if root.is_dir() else [root]
-        for f in files:
-            if f.is_file() and f.suffix in {".py", ".sql"}:
-                digest.update(str(f.relative_to(root.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 @functools.cache

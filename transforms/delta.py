@@ -56,14 +56,24 @@ def save(con: duckdb.DuckDBPyConnection, builder: str, settings_key: str, state:
 CODE = tuple(Path(__file__).resolve().parent / f"{name}.py" for name in ("delta", "labels", "training", "text"))
 
 
+def code_fingerprint(*paths: Path) -> str:
+    """sha256 over the text of every file under ``paths``: a code change rebuilds what it built."""
+    digest = hashlib.sha256()
+    for root in paths:
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for f in files:
+            if f.is_file() and f.suffix in {".py", ".sql"}:
+                digest.update(str(f.relative_to(root.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def settings_key(*parts: Any, sql: tuple[str, ...] = ()) -> str:
     """A digest of settings and code (the SQL files a builder runs, the builders, the macros)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
     for name in sql:
         digest.update(b"\0" + sql_text(name).encode())
-    for path in CODE:
-        digest.update(b"\0" + path.read_bytes())
+    digest.update(b"\0" + code_fingerprint(*CODE).encode())
     return digest.hexdigest()
 
 

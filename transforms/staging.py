@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 
+from transforms import delta
 from transforms.classify import q
 from transforms.spec import SourceSpec
 
@@ -171,21 +172,15 @@ def _catalog(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, dic
 def _state(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> _State:
     tables = _catalog(con, ["lineage.table_versions", "ingest.bronze_applied", f"raw.{spec.name}",
                             f"staging.{spec.name}", f"lineage.staging_excluded_{spec.name}"])
-    epoch = None
-    if "lineage.table_versions" in tables:
-        row = con.execute("select epoch from lineage.table_versions where table_name = ?",
-                          [f"raw.{spec.name}"]).fetchone()
-        epoch = row[0] if row else None
+    epoch = delta.raw_epoch(con, f"raw.{spec.name}") if "lineage.table_versions" in tables else None
     applied = None
     if "ingest.bronze_applied" in tables:
         row = con.execute("select seq from ingest.bronze_applied where source = ?", [spec.name]).fetchone()
         applied = row[0] if row else None
-    digest = hashlib.sha256()
-    for path in _CODE:
-        digest.update(path.read_bytes() if path.exists() else b"")
     raw = tables.get(f"raw.{spec.name}", {})
-    digest.update(repr((identity_columns(spec), order_terms(spec), list(raw.items()))).encode())
-    return _State(epoch, applied, digest.hexdigest(), f"staging.{spec.name}" in tables,
+    code_key = hashlib.sha256((delta.code_fingerprint(*_CODE) + repr(
+        (identity_columns(spec), order_terms(spec), list(raw.items())))).encode()).hexdigest()
+    return _State(epoch, applied, code_key, f"staging.{spec.name}" in tables,
                   f"lineage.staging_excluded_{spec.name}" in tables)
 
 

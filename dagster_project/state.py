@@ -86,18 +86,13 @@ def shared_state(settings: Settings) -> Iterator[None]:
     """One connection for a whole in-process run: each step uses it rather than opening the
     database and checkpointing it again (~40 ms a step). Holds the writer lock throughout; a
     step run anywhere else (``dg launch``, another process) opens its own as before."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
     key = os.path.abspath(settings.state_db)
-    with writer_lock(settings):
-        con = duckdb.connect(str(settings.state_db))
+    with state_connection(settings) as con:  # opened before it is shared: a connection of its own
         _shared[key] = con
         try:
-            con.execute("set TimeZone = 'UTC'")
             yield
-            con.execute("checkpoint")
         finally:
             _shared.pop(key, None)
-            con.close()
 
 
 @contextmanager

@@ -339,6 +339,39 @@ def test_dpo_new_answers_to_a_capped_group_leave_every_earlier_pair_and_file_unc
     assert set(parts_after) - set(parts_before) == {f"{split}-2026-03.parquet"}
 
 
+answer = st.tuples(st.sampled_from(["positive", "negative"]), st.sampled_from(["a", "b", "c", "d", "e"]),
+                   st.integers(0, 3))
+
+
+@hsettings(max_examples=15, deadline=None)
+@given(old=st.lists(answer, max_size=12), new=st.lists(answer, min_size=1, max_size=6),
+       max_pairs=st.sampled_from([1, 2, 3, None]))
+def test_dpo_later_answers_keep_every_earlier_pair(old, new, max_pairs):
+    """Whatever the group holds (repeated texts, a text on both sides, equal times), answers
+    later than all of it only add pairs, dated at their time; and input order does not matter."""
+    def lake_of(answers):
+        lake = Lake()
+        for i, (label, text_, minute) in reversed(list(enumerate(answers, start=1))):
+            lake.interaction(i, input_text="p", output_text=text_, timestamp=at(minute), user_feedback=label)
+        return lake
+
+    query = "select chosen_id, rejected_id, pair_timestamp from exports.dpo"
+    before = lake_of(old)
+    build(before, dpo_max_pairs=max_pairs)
+    later = [(label, text_, minute + 10) for label, text_, minute in new]
+    after = lake_of(old + later)
+    build(after, dpo_max_pairs=max_pairs)
+    old_rows, new_rows = set(before.rows(query)), set(after.rows(query))
+    assert old_rows <= new_rows
+    old_end = before.rows("select max(timestamp) from staging.interactions")[0][0]
+    assert all(old_end is None or r[2] > old_end for r in new_rows - old_rows)
+    forward = Lake()
+    for i, (label, text_, minute) in enumerate(old + later, start=1):
+        forward.interaction(i, input_text="p", output_text=text_, timestamp=at(minute), user_feedback=label)
+    build(forward, dpo_max_pairs=max_pairs)
+    assert set(forward.rows(query)) == new_rows
+
+
 # ---------------------------------------------------------------------------- splits, normalisation
 
 

@@ -259,9 +259,10 @@ def test_dpo_repeated_responses_count_once_with_the_earliest_interaction():
     expected = [(interaction_id(rep_pos), interaction_id(5), assistant("good"), assistant("bad"))]
     assert lake.rows("select chosen_id, rejected_id, chosen, rejected from exports.dpo") == expected
     # A later interaction repeating the text keeps the representative, even with the smallest hash.
-    later = next(i for i in range(6, 1000) if h(i) < min(h(rep_pos), h(5)))
-    lake.interaction(later, input_text="p", output_text="good", timestamp=at(30), user_feedback="positive")
-    lake.interaction(later + 1000, input_text="p", output_text="bad", timestamp=at(30), user_feedback="negative")
+    later_pos, later_neg = sorted(range(6, 2000), key=h)[:2]
+    assert max(h(later_pos), h(later_neg)) < min(h(rep_pos), h(5))
+    lake.interaction(later_pos, input_text="p", output_text="good", timestamp=at(30), user_feedback="positive")
+    lake.interaction(later_neg, input_text="p", output_text="bad", timestamp=at(30), user_feedback="negative")
     build(lake)
     assert lake.rows("select chosen_id, rejected_id, chosen, rejected from exports.dpo") == expected
 

@@ -83,7 +83,7 @@ TABLES: dict[str, str] = {
     "exports.sft": "Training set (TRL SFT, conversational): one row per accepted interaction whose final label is positive.",
     "exports.kto": "Training set (TRL KTO): one row per labelled interaction (neutral excluded) or weighted example.",
     "exports.dpo": "Training set (TRL DPO): one row per chosen/rejected response pair to the same normalised "
-                   "prompt and context (at most FLYWHEEL_DPO_MAX_PAIRS per prompt).",
+                   "prompt and context (at most FLYWHEEL_DPO_MAX_PAIRS per prompt, the earliest).",
     "exports.weighted": "Training set: one row per weighted example (queue and TUI ratings) with its weight.",
 }
 
@@ -455,7 +455,7 @@ TABLE_COLUMNS.update({
     "lineage.prompt_keys.prompt_hash": "sha256 of the normalised user text: the split key.",
     "lineage.prompt_keys.prompt_group": "sha256(normalised prompt, NUL, normalised context): the DPO group.",
     "lineage.prompt_keys.has_system": "True when the context holds anything but whitespace.",
-    "lineage.prompt_keys.id_hash": "sha256 of the id: DPO's deterministic order.",
+    "lineage.prompt_keys.id_hash": "sha256 of the id: DPO's order among equal times.",
     "lineage.prompt_keys.session_pseudonym": "The session's keyed pseudonym.",
     "lineage.training_weighted_inputs.content_hash": "The weighted example's content hash.",
     "lineage.training_weighted_inputs.h": "hash of its whole staging row.",

@@ -8,7 +8,9 @@ import os
 import re
 import stat
 import sys
+from collections import Counter
 from datetime import date
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -188,23 +190,45 @@ def test_dpo_exact_pairs_grouping_and_identical_responses():
     ]  # (1, 3) excluded: byte-identical responses
 
 
+def at(minute: int, day: str = "2026-02-26") -> str:
+    """A collector time ``minute`` minutes after ``day`` 00:00 (naive, as the collector writes)."""
+    return f"{day}T{minute // 60:02d}:{minute % 60:02d}:00"
+
+
+def h(i: int) -> str:
+    return hashlib.sha256(interaction_id(i).encode()).hexdigest()
+
+
+def pair_key(pq: tuple[str, str]) -> str:
+    return hashlib.sha256(f"{pq[0]}:{pq[1]}".encode()).hexdigest()
+
+
+def capped(pos: dict[int, int], neg: dict[int, int], n: int) -> list[tuple[str, str]]:
+    """The rule, on {id: minute} per side (distinct texts): the first n + 1 responses per side by
+    (time, sha256(id)), then the first n pairs by (the later time, sha256(chosen:rejected))."""
+    def first(side):
+        return sorted(side, key=lambda i: (side[i], h(i)))[:n + 1]
+    pairs = [(p, q) for p in first(pos) for q in first(neg)]
+    pairs.sort(key=lambda pq: (max(pos[pq[0]], neg[pq[1]]), pair_key((interaction_id(pq[0]), interaction_id(pq[1])))))
+    return [(interaction_id(p), interaction_id(q)) for p, q in pairs[:n]]
+
+
+# 1..5 positive, 6..10 negative; times neither in id nor in hash order, with ties
+CAP_TIMES = {i: (i * 7) % 5 for i in range(1, 11)}
+
+
 def cap_lake(reverse: bool) -> Lake:
     lake = Lake()
     ids = list(range(1, 11))
     for i in (reversed(ids) if reverse else ids):
-        lake.interaction(i, input_text="Same prompt", output_text=f"answer {i}",
+        lake.interaction(i, input_text="Same prompt", output_text=f"answer {i}", timestamp=at(CAP_TIMES[i]),
                          user_feedback="positive" if i <= 5 else "negative",
                          path=f"interactions/interactions_2026-02-2{i % 3}_5b0c2f7e.jsonl")
     return lake
 
 
 def expected_cap(n: int) -> set[tuple[str, str]]:
-    """The rule: the first n + 1 responses per side by sha256(id), then the n smallest pair hashes."""
-    def first(ids):
-        return sorted(ids, key=lambda i: hashlib.sha256(interaction_id(i).encode()).hexdigest())[:n + 1]
-    pairs = [(interaction_id(p), interaction_id(q)) for p in first(range(1, 6)) for q in first(range(6, 11))]
-    pairs.sort(key=lambda pq: (hashlib.sha256(f"{pq[0]}:{pq[1]}".encode()).hexdigest(), pq))
-    return set(pairs[:n])
+    return set(capped({i: CAP_TIMES[i] for i in range(1, 6)}, {i: CAP_TIMES[i] for i in range(6, 11)}, n))
 
 
 def test_dpo_cap_is_exact_and_deterministic_across_runs_and_input_order():
@@ -217,26 +241,30 @@ def test_dpo_cap_is_exact_and_deterministic_across_runs_and_input_order():
     assert build(a)["exports.dpo"] == 16 and a.rows("select chosen_id, rejected_id from exports.dpo") == first
     assert build(a, dpo_max_pairs=3)["exports.dpo"] == 3
     assert set(a.rows("select chosen_id, rejected_id from exports.dpo")) == expected_cap(3)
+    assert expected_cap(3) != set(capped({i: 0 for i in range(1, 6)}, {i: 0 for i in range(6, 11)}, 3))
     assert build(a, dpo_max_pairs=None)["exports.dpo"] == 25
     with pytest.raises(ValueError):
         build(a, dpo_max_pairs=0)
 
 
-def h(i: int) -> str:
-    return hashlib.sha256(interaction_id(i).encode()).hexdigest()
-
-
-def test_dpo_repeated_responses_count_once_with_the_smallest_hash_id():
+def test_dpo_repeated_responses_count_once_with_the_earliest_interaction():
     lake = Lake()
-    for i in (1, 2, 3):
-        lake.interaction(i, input_text="p", output_text="good", user_feedback="positive")
-    lake.interaction(4, input_text="p", output_text="bad", user_feedback="negative")
-    lake.interaction(5, input_text="p", output_text="bad", user_feedback="negative")
+    # "good" is first written at minute 1 by 2 and 3 (a tie: the smaller sha256(id) wins)
+    for i, minute in ((1, 5), (2, 1), (3, 1)):
+        lake.interaction(i, input_text="p", output_text="good", timestamp=at(minute), user_feedback="positive")
+    for i, minute in ((4, 9), (5, 2)):
+        lake.interaction(i, input_text="p", output_text="bad", timestamp=at(minute), user_feedback="negative")
     build(lake)
-    rep_pos = min((1, 2, 3), key=h)
-    rep_neg = min((4, 5), key=h)
-    assert lake.rows("select chosen_id, rejected_id, chosen, rejected from exports.dpo") == [
-        (interaction_id(rep_pos), interaction_id(rep_neg), assistant("good"), assistant("bad"))]
+    rep_pos = min((2, 3), key=h)
+    expected = [(interaction_id(rep_pos), interaction_id(5), assistant("good"), assistant("bad"))]
+    assert lake.rows("select chosen_id, rejected_id, chosen, rejected from exports.dpo") == expected
+    # A later interaction repeating the text keeps the representative, even with the smallest hash.
+    later_pos, later_neg = sorted(range(6, 2000), key=h)[:2]
+    assert max(h(later_pos), h(later_neg)) < min(h(rep_pos), h(5))
+    lake.interaction(later_pos, input_text="p", output_text="good", timestamp=at(30), user_feedback="positive")
+    lake.interaction(later_neg, input_text="p", output_text="bad", timestamp=at(30), user_feedback="negative")
+    build(lake)
+    assert lake.rows("select chosen_id, rejected_id, chosen, rejected from exports.dpo") == expected
 
 
 def test_dpo_cap_is_filled_even_when_a_candidate_text_is_on_both_sides():
@@ -252,15 +280,97 @@ def test_dpo_cap_is_filled_even_when_a_candidate_text_is_on_both_sides():
 
 def test_dpo_hot_prompt_is_bounded_and_deterministic():
     lake = Lake()
+    times = {i: (i * 7919) % 600 for i in range(1, 601)}
     for i in range(1, 601):
-        lake.interaction(i, input_text="continue", output_text=f"answer {i}",
+        lake.interaction(i, input_text="continue", output_text=f"answer {i}", timestamp=at(times[i]),
                          user_feedback="positive" if i % 2 else "negative")
     assert build(lake)["exports.dpo"] == 16
-    pos = sorted(range(1, 601, 2), key=h)[:17]
-    neg = sorted(range(2, 601, 2), key=h)[:17]
-    pairs = sorted(((interaction_id(p), interaction_id(n)) for p in pos for n in neg),
-                   key=lambda pq: hashlib.sha256(f"{pq[0]}:{pq[1]}".encode()).hexdigest())[:16]
+    pairs = capped({i: times[i] for i in range(1, 601, 2)}, {i: times[i] for i in range(2, 601, 2)}, 16)
     assert lake.rows("select chosen_id, rejected_id from exports.dpo") == pairs
+
+
+def test_dpo_new_answers_to_a_capped_group_leave_every_earlier_pair_and_file_unchanged():
+    """A day's answers add pairs only to groups under the cap, dated that day: the published
+    files of earlier days are the same objects (the rule used to rank by sha256 alone, so a new
+    answer with a small hash displaced pairs on many days)."""
+    from dagster_project.publishing.parquet import Dataset, plan
+
+    lake = Lake()
+
+    def add(i, prompt, label, day, minute):
+        lake.interaction(i, input_text=prompt, output_text=f"answer {i}", timestamp=at(minute, day),
+                         user_feedback=label, path=f"interactions/interactions_{day}_5b0c2f7e.jsonl")
+
+    def run():  # as the engine does: every loaded row gets its observation order
+        seq = lake.rows("select coalesce(max(observed_seq), 0) + 1 from raw.interactions")[0][0]
+        lake.con.execute("update raw.interactions set observed_seq = ? where observed_seq is null", [seq])
+        build(lake)
+
+    for i in range(1, 13):  # 36 valid pairs over four February days, capped to 16
+        add(i, "hot", "positive" if i % 2 else "negative", f"2026-02-{20 + i % 4:02d}", i)
+    add(13, "cold", "positive", "2026-02-21", 0)
+    add(14, "cold", "negative", "2026-02-22", 0)
+    run()
+    dpo = Dataset("exports.dpo", "training/dpo", "training", "select * from exports.dpo",
+                  ("prompt_group", "chosen_id", "rejected_id"))
+    every_column = "select chosen_id, rejected_id, pair_timestamp, to_json(d)::varchar from exports.dpo as d"
+    before = lake.rows(every_column)
+    parts_before = {p.name: p.key for p in plan(lake.con, dpo, Path(os.devnull)).parts}
+    assert len(before) == 17 and {n[-16:] for n in parts_before} == {"-2026-02.parquet"}  # small: by month
+
+    # March's answers, with the smallest hashes there are: the old rule took them first
+    smallest = sorted(range(100, 3000), key=h)[:6]
+    for n, i in enumerate(smallest[:4]):
+        add(i, "hot", "positive" if n % 2 else "negative", "2026-03-02", n)
+    add(smallest[4], "cold", "positive", "2026-03-02", 9)
+    add(smallest[5], "cold ", "negative", "2026-03-03", 9)  # the same normalised prompt
+    run()
+    assert lake.rows("select count(*) from lineage.label_builds where not whole")[0][0] == 1
+    after = lake.rows(every_column)
+    assert Counter(before) - Counter(after) == Counter()  # every earlier row unchanged
+    added = Counter(after) - Counter(before)
+    ids = {interaction_id(i) for i in smallest}
+    assert sorted((r[0], r[1]) for r in added) == sorted(
+        (c, r) for c in (interaction_id(13), interaction_id(smallest[4]))
+        for r in (interaction_id(14), interaction_id(smallest[5])) if {c, r} & ids)
+    assert {r[2].strftime("%Y-%m") for r in added} == {"2026-03"}
+    parts_after = {p.name: p.key for p in plan(lake.con, dpo, Path(os.devnull)).parts}
+    assert {k: parts_after[k] for k in parts_before} == parts_before
+    split = "test" if split_of("cold") == "eval" else "train"
+    assert set(parts_after) - set(parts_before) == {f"{split}-2026-03.parquet"}
+
+
+answer = st.tuples(st.sampled_from(["positive", "negative"]), st.sampled_from(["a", "b", "c", "d", "e"]),
+                   st.integers(0, 3))
+
+
+@hsettings(max_examples=15, deadline=None)
+@given(old=st.lists(answer, max_size=12), new=st.lists(answer, min_size=1, max_size=6),
+       max_pairs=st.sampled_from([1, 2, 3, None]))
+def test_dpo_later_answers_keep_every_earlier_pair(old, new, max_pairs):
+    """Whatever the group holds (repeated texts, a text on both sides, equal times), answers
+    later than all of it only add pairs, dated at their time; and input order does not matter."""
+    def lake_of(answers):
+        lake = Lake()
+        for i, (label, text_, minute) in reversed(list(enumerate(answers, start=1))):
+            lake.interaction(i, input_text="p", output_text=text_, timestamp=at(minute), user_feedback=label)
+        return lake
+
+    query = "select chosen_id, rejected_id, pair_timestamp from exports.dpo"
+    before = lake_of(old)
+    build(before, dpo_max_pairs=max_pairs)
+    later = [(label, text_, minute + 10) for label, text_, minute in new]
+    after = lake_of(old + later)
+    build(after, dpo_max_pairs=max_pairs)
+    old_rows, new_rows = set(before.rows(query)), set(after.rows(query))
+    assert old_rows <= new_rows
+    old_end = before.rows("select max(timestamp) from staging.interactions")[0][0]
+    assert all(old_end is None or r[2] > old_end for r in new_rows - old_rows)
+    forward = Lake()
+    for i, (label, text_, minute) in enumerate(old + later, start=1):
+        forward.interaction(i, input_text="p", output_text=text_, timestamp=at(minute), user_feedback=label)
+    build(forward, dpo_max_pairs=max_pairs)
+    assert set(forward.rows(query)) == new_rows
 
 
 # ---------------------------------------------------------------------------- splits, normalisation

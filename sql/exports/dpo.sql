@@ -4,16 +4,19 @@
 -- grouped by (normalised input_text, normalised context) (fw_norm: NFC, whitespace runs -> one
 -- space, trimmed).
 -- Responses: within a group and side, a response is a distinct output_text (byte-equal);
--- interactions repeating it byte for byte add nothing, so the one with the smallest
--- sha256(id) represents it (its id, prompt and provenance are published).
+-- interactions repeating it byte for byte add nothing, so its earliest interaction (by
+-- timestamp, then sha256(id)) represents it (its id, prompt and provenance are published).
 -- Pairs: each positive response with each negative response of its group, except pairs whose
 -- texts are byte-identical.
--- Cap ($max_pairs, FLYWHEEL_DPO_MAX_PAIRS; NULL = no cap), deterministic and independent of
--- input order: per side only the first $max_pairs + 1 responses by sha256(id) are candidates
--- (which bounds the work on a hot prompt with thousands of answers, and still leaves at least
--- min($max_pairs, all valid pairs) candidates, since a response text can equal at most one
--- response of the other side), then the pairs with the smallest
--- sha256(chosen_id || ':' || rejected_id) are kept.
+-- Cap ($max_pairs, FLYWHEEL_DPO_MAX_PAIRS; NULL = no cap), deterministic, independent of input
+-- order and append-stable: per side the candidates are the first $max_pairs + 1 responses by
+-- (timestamp, sha256(id)), which bounds the work on a hot prompt (a text equals at most one
+-- response of the other side, so k candidates facing $max_pairs + 1 make >= k * $max_pairs valid
+-- pairs: at least min($max_pairs, all valid pairs)); kept are the first $max_pairs pairs by
+-- (pair_timestamp, sha256(chosen_id || ':' || rejected_id)). Time first: an answer newer than
+-- its group's sorts after everything the group holds, so it only fills a group under the cap
+-- and earlier days' files stay unchanged. Equal times fall back to the hashes; timestamp is
+-- never NULL in staging.interactions (a required field), NULL would sort last.
 -- prompt = the chosen interaction's prompt messages (system context when not blank, user
 -- input, byte for byte); chosen / rejected = one assistant message each.
 -- Retention as for sft (interactions, relative to $as_of).
@@ -47,10 +50,10 @@ with labelled as (
                                          - to_days($interactions_retention_days::integer)))
 ),
 
--- one representative per distinct response text and side (sha256 of distinct ids differ, so
--- the smallest id_hash names one interaction): a group by, not a window over every row
+-- one representative per distinct response text and side, its earliest interaction (sha256 of
+-- distinct ids differ, so (timestamp, id_hash) names one): a group by, not a window over every row
 representatives as (
-    select min(id_hash) as id_hash
+    select arg_min(id_hash, ("timestamp", id_hash)) as id_hash
     from labelled
     group by prompt_group, prompt_hash, label, encode(output_text)
 ),
@@ -66,7 +69,7 @@ candidates as (
     from responses
     qualify $max_pairs is null or row_number() over (
         partition by prompt_group, prompt_hash, label
-        order by id_hash, id
+        order by "timestamp" nulls last, id_hash, id
     ) <= $max_pairs + 1
 ),
 
@@ -101,7 +104,7 @@ capped as (
     from pairs
     qualify $max_pairs is null or row_number() over (
         partition by prompt_group, prompt_hash
-        order by pair_hash, chosen_id, rejected_id
+        order by pair_timestamp nulls last, pair_hash, chosen_id, rejected_id
     ) <= $max_pairs
 )
 
@@ -119,4 +122,4 @@ select
     rejected_line_number,
     pair_timestamp
 from capped
-order by prompt_group, pair_hash, chosen_id, rejected_id
+order by prompt_group, pair_timestamp, pair_hash, chosen_id, rejected_id

@@ -5,7 +5,7 @@
 --   prompt_group  sha256(norm prompt || chr(0) || norm context): the DPO group as published;
 --                 (prompt_group, prompt_hash) determines (norm prompt, norm context)
 --   has_system    fw_norm(context) <> '': the prompt starts with a system message
---   id_hash       sha256(id): DPO's deterministic order
+--   id_hash       sha256(id): DPO's order among equal times
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 -- $all: every labelled interaction, else only those in fw_touched_interactions.
 with labelled as materialized (

@@ -65,7 +65,7 @@ RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "in
 # and the values the privacy gate looks for in every shared dataset.
 ID_COLUMN = r"(^|_)(session|user)_id"
 FAULT_ENV = "FLYWHEEL_PUBLISH_FAULT"  # tests: "kill:<stage>" or "enospc:<stage>"
-STAGES = ("hashed", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
+STAGES = ("hashed", "objects_staged", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
 
 Hook = Callable[[str], None]
 
@@ -249,6 +249,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     try:
         for planned in plans.values():
             write_objects(con, planned, objects, known, pending)
+        hook("objects_staged")  # new objects are temp files: neither durable nor named yet
         commit_objects(pending, objects)
     except BaseException:
         for tmp in pending.values():

@@ -618,3 +618,21 @@ def test_publishing_incrementally_equals_publishing_once(tmp_path_factory, actio
             continue
         assert [(f["name"], f["rows"], f["object"]) for f in incremental["datasets"][path]["files"]] == \
                [(f["name"], f["rows"], f["object"]) for f in entry["files"]], path
+
+
+def test_a_written_object_is_verified_from_the_bytes_it_is_hashed_from(tmp_path):
+    from dagster_project.publishing.parquet import verify_written
+
+    good = tmp_path / "good.parquet"
+    duckdb.connect().execute(f"copy (select range as n from range(7)) to '{good}' (format parquet)").close()
+    sha, size = verify_written(good, 7, "t: good.parquet")
+    assert (sha, size) == (__import__("hashlib").sha256(good.read_bytes()).hexdigest(), good.stat().st_size)
+    with pytest.raises(RuntimeError, match=r"^t: good.parquet: wrote 7 rows, expected 8; nothing was published$"):
+        verify_written(good, 8, "t: good.parquet")
+    assert not good.exists()  # a wrong file is removed, never named as an object
+    torn = tmp_path / "torn.parquet"
+    duckdb.connect().execute(f"copy (select range as n from range(7)) to '{torn}' (format parquet)").close()
+    torn.write_bytes(torn.read_bytes()[:-20])
+    with pytest.raises(RuntimeError, match=r"t: torn.parquet: wrote a file that does not read as Parquet"):
+        verify_written(torn, 7, "t: torn.parquet")
+    assert not torn.exists()

@@ -7,9 +7,10 @@ leaves the others' rows, hashes and files alone. Each partition's rows are hashe
 (row count and sums of DuckDB's 64-bit ``hash`` of every row: order-independent, no
 serialisation), and that digest — with the schema and sort order — names the
 object ``.objects/<key>.parquet``. An object that exists already is hard-linked into the new
-snapshot; only missing ones are written (to a temp name and verified; then all of a publish's
-new files are fsynced in one pass and renamed, so an object file is complete or absent). Training sets are also cut by split (``train-*`` /
-``test-*`` files, the Hugging Face convention; our ``eval`` split is HF's ``test``).
+snapshot; only missing ones are written (to a temp name, verified from the bytes hashed; then
+all of a publish's new files are fsynced in one pass and renamed, so an object file is complete
+or absent). Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging
+Face convention; our ``eval`` split is HF's ``test``).
 
 Nothing here imports Dagster.
 """
@@ -208,12 +209,15 @@ def verify_written(path: Path, rows: int, what: str) -> tuple[str, int]:
 
     data = path.read_bytes()
     try:
+        problem = None
         written = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
+        if written != rows:
+            problem = f"wrote {written} rows, expected {rows}"
     except (pa.ArrowException, OSError) as exc:
-        written = f"an unreadable file ({exc})"
-    if written != rows:
+        problem = f"wrote a file that does not read as Parquet ({exc})"
+    if problem:
         path.unlink(missing_ok=True)
-        raise RuntimeError(f"{what}: wrote {written} rows, expected {rows}")
+        raise RuntimeError(f"{what}: {problem}; nothing was published")
     return hashlib.sha256(data).hexdigest(), len(data)
 
 

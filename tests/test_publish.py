@@ -636,3 +636,24 @@ def test_a_written_object_is_verified_from_the_bytes_it_is_hashed_from(tmp_path)
     with pytest.raises(RuntimeError, match=r"t: torn.parquet: wrote a file that does not read as Parquet"):
         verify_written(torn, 7, "t: torn.parquet")
     assert not torn.exists()
+
+
+def test_partitions_larger_than_a_row_group_keep_the_declared_order(tmp_path):
+    """The partition-sorted temp table is scanned in parallel (several row groups per partition):
+    insertion order must still hold inside every file."""
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    con = duckdb.connect(str(state))
+    con.execute("""create table marts.big as select format('b{:07d}', i) as id,
+                   timestamptz '2025-03-01 00:00:00+00' + to_days((i % 2)::int) as "timestamp", repeat('p', 40) as pad
+                   from range(400000) t(i) order by hash(i)""")
+    con.close()
+    result = publish(state, tmp_path, "first")
+    files = sorted((result.path / "analytics" / "big").glob("*.parquet"))
+    assert [f.name for f in files] == ["part-2025-03-01.parquet", "part-2025-03-02.parquet"]
+    reader = duckdb.connect()
+    for file in files:
+        rows, disorder = reader.execute(
+            "select count(*), count(*) filter (where prev > id) from (select id, lag(id) over (order by file_row_number) "
+            "as prev from read_parquet(?, file_row_number = true))", [str(file)]).fetchone()
+        assert (rows, disorder) == (200_000, 0), file.name
+    reader.close()

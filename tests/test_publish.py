@@ -318,7 +318,7 @@ def change(state: Path) -> None:
     con.close()
 
 
-@pytest.mark.parametrize("stage", ["hashed", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed",
+@pytest.mark.parametrize("stage", ["hashed", "objects_staged", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed",
                                    "linked"])
 def test_kill_9_at_any_stage_leaves_a_complete_current_snapshot(sample, tmp_path, stage):
     state = copy_state(sample[0], tmp_path)
@@ -327,6 +327,8 @@ def test_kill_9_at_any_stage_leaves_a_complete_current_snapshot(sample, tmp_path
     child = subprocess.run([sys.executable, "-c", CHILD, str(state), str(tmp_path), "killed-run"], cwd=PROJECT,
                            env={**os.environ, FAULT_ENV: f"kill:{stage}"}, capture_output=True, text=True, timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr
+    if stage == "objects_staged":  # killed with the new objects written but neither fsynced nor named
+        assert list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
     committed = stage in ("committed", "linked")
     manifest = verify_snapshot(tmp_path / "exports")
     assert manifest["run_id"] == ("killed-run" if committed else "first-run")
@@ -346,7 +348,7 @@ def test_kill_9_at_any_stage_leaves_a_complete_current_snapshot(sample, tmp_path
     assert len(list_snapshots(tmp_path / "exports")) == 2
 
 
-@pytest.mark.parametrize("stage", ["objects_written", "warehouse_built", "manifest_written"])
+@pytest.mark.parametrize("stage", ["objects_staged", "objects_written", "warehouse_built", "manifest_written"])
 def test_disk_full_at_any_stage_publishes_nothing(sample, tmp_path, monkeypatch, stage):
     state = copy_state(sample[0], tmp_path)
     first = publish(state, tmp_path, "first-run")
@@ -357,6 +359,7 @@ def test_disk_full_at_any_stage_publishes_nothing(sample, tmp_path, monkeypatch,
     assert current_version(tmp_path / "exports") == first.version
     assert [s["version"] for s in list_snapshots(tmp_path / "exports")] == [first.version]
     verify_snapshot(tmp_path / "exports")
+    assert not list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))  # no temp object left
     monkeypatch.delenv(FAULT_ENV)
     assert publish(state, tmp_path, "after").status == "published"
 
@@ -416,6 +419,45 @@ def test_a_small_append_rewrites_only_the_partitions_it_touches(tmp_path):
     assert data_hashes(second.manifest)["training/sft"] != data_hashes(first.manifest)["training/sft"]
     # the same state published into an empty directory gives the same datasets
     assert data_hashes(publish(state, tmp_path / "fresh", "second").manifest) == data_hashes(second.manifest)
+
+
+@pytest.mark.parametrize("keep_insertion_order", [True, False])
+def test_each_file_holds_its_rows_in_the_declared_order_whatever_order_the_table_has(tmp_path, keep_insertion_order):
+    state = toy_state(tmp_path / "state.duckdb", months=12, per_month=100)
+    con = duckdb.connect(str(state))
+    con.execute("create or replace table exports.sft as select * from exports.sft order by hash(interaction_id)")
+    con.execute("set TimeZone = 'UTC'")
+    con.execute(f"set preserve_insertion_order = {str(keep_insertion_order).lower()}")
+    result = publish_snapshot(con, export_dir=tmp_path / "exports", warehouse=tmp_path / "warehouse.duckdb",
+                              run_id="first", pseudonym_key=KEY.encode())
+    con.close()
+    files = sorted((result.path / "training" / "sft").glob("*.parquet"))
+    assert len(files) == 24 and result.files_written >= 24  # many partitions: the one-pass temp table path
+    reader = duckdb.connect()
+    for file in files:
+        ids = [r[0] for r in reader.execute("select interaction_id from read_parquet(?, file_row_number = true) "
+                                            "order by file_row_number", [str(file)]).fetchall()]
+        assert ids and ids == sorted(ids), file.name
+    reader.close()
+    verify_snapshot(tmp_path / "exports")
+
+
+def test_identical_partitions_of_two_datasets_are_written_once_and_linked_twice(tmp_path):
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    con = duckdb.connect(str(state))
+    con.execute("create table marts.twin_a as select range as n, 'x' || range as label from range(5)")
+    con.execute("create table marts.twin_b as select * from marts.twin_a")
+    con.close()
+    result = publish(state, tmp_path, "first")
+    a, b = (result.manifest["datasets"][f"analytics/twin_{x}"]["files"] for x in "ab")
+    assert [f["object"] for f in a] == [f["object"] for f in b] and len(a) == 1
+    assert [f["reused"] for f in a + b] == [False, True]  # written by the first, linked by the second
+    assert a[0]["sha256"] == b[0]["sha256"] and a[0]["bytes"] == b[0]["bytes"] > 0
+    assert (result.path / "analytics" / "twin_a" / a[0]["name"]).stat().st_ino == \
+        (result.path / "analytics" / "twin_b" / b[0]["name"]).stat().st_ino
+    assert result.files_written == sum(not f["reused"] for d in result.manifest["datasets"].values() for f in d["files"])
+    verify_snapshot(tmp_path / "exports")
+    assert not list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
 
 
 def test_run_bookkeeping_written_after_a_publish_does_not_make_the_next_run_publish(tmp_path):
@@ -576,3 +618,42 @@ def test_publishing_incrementally_equals_publishing_once(tmp_path_factory, actio
             continue
         assert [(f["name"], f["rows"], f["object"]) for f in incremental["datasets"][path]["files"]] == \
                [(f["name"], f["rows"], f["object"]) for f in entry["files"]], path
+
+
+def test_a_written_object_is_verified_from_the_bytes_it_is_hashed_from(tmp_path):
+    from dagster_project.publishing.parquet import verify_written
+
+    good = tmp_path / "good.parquet"
+    duckdb.connect().execute(f"copy (select range as n from range(7)) to '{good}' (format parquet)").close()
+    sha, size = verify_written(good, 7, "t: good.parquet")
+    assert (sha, size) == (__import__("hashlib").sha256(good.read_bytes()).hexdigest(), good.stat().st_size)
+    with pytest.raises(RuntimeError, match=r"^t: good.parquet: wrote 7 rows, expected 8; nothing was published$"):
+        verify_written(good, 8, "t: good.parquet")
+    assert not good.exists()  # a wrong file is removed, never named as an object
+    torn = tmp_path / "torn.parquet"
+    duckdb.connect().execute(f"copy (select range as n from range(7)) to '{torn}' (format parquet)").close()
+    torn.write_bytes(torn.read_bytes()[:-20])
+    with pytest.raises(RuntimeError, match=r"t: torn.parquet: wrote a file that does not read as Parquet"):
+        verify_written(torn, 7, "t: torn.parquet")
+    assert not torn.exists()
+
+
+def test_partitions_larger_than_a_row_group_keep_the_declared_order(tmp_path):
+    """The partition-sorted temp table is scanned in parallel (several row groups per partition):
+    insertion order must still hold inside every file."""
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    con = duckdb.connect(str(state))
+    con.execute("""create table marts.big as select format('b{:07d}', i) as id,
+                   timestamptz '2025-03-01 00:00:00+00' + to_days((i % 2)::int) as "timestamp", repeat('p', 40) as pad
+                   from range(400000) t(i) order by hash(i)""")
+    con.close()
+    result = publish(state, tmp_path, "first")
+    files = sorted((result.path / "analytics" / "big").glob("*.parquet"))
+    assert [f.name for f in files] == ["part-2025-03-01.parquet", "part-2025-03-02.parquet"]
+    reader = duckdb.connect()
+    for file in files:
+        rows, disorder = reader.execute(
+            "select count(*), count(*) filter (where prev > id) from (select id, lag(id) over (order by file_row_number) "
+            "as prev from read_parquet(?, file_row_number = true))", [str(file)]).fetchone()
+        assert (rows, disorder) == (200_000, 0), file.name
+    reader.close()

@@ -45,7 +45,8 @@ import duckdb
 
 from dagster_project import versions
 from dagster_project.publishing import parquet
-from dagster_project.publishing.parquet import Dataset, Plan, fsync_dir, lit, plan, q, write_objects
+from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit, plan, q,
+                                                write_objects)
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
 
 FORMAT = "flywheel-snapshot/1"
@@ -64,7 +65,7 @@ RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "in
 # and the values the privacy gate looks for in every shared dataset.
 ID_COLUMN = r"(^|_)(session|user)_id"
 FAULT_ENV = "FLYWHEEL_PUBLISH_FAULT"  # tests: "kill:<stage>" or "enospc:<stage>"
-STAGES = ("hashed", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
+STAGES = ("hashed", "objects_staged", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
 
 Hook = Callable[[str], None]
 
@@ -121,6 +122,12 @@ def datasets(con: duckdb.DuckDBPyConnection) -> list[Dataset]:
         "select schema_name, table_name from duckdb_tables() where database_name = current_database() "
         f"and not temporary and schema_name in ({', '.join(lit(s) for s in WAREHOUSE_SCHEMAS)}) order by 1, 2"
     ).fetchall()
+    listed: dict[tuple[str, str], list[str]] = {}
+    for schema, name, column in con.execute(
+            "select schema_name, table_name, column_name from duckdb_columns() where database_name = current_database() "
+            f"and schema_name in ({', '.join(lit(s) for s in WAREHOUSE_SCHEMAS)}) order by 1, 2, column_index"
+    ).fetchall():
+        listed.setdefault((schema, name), []).append(column)
     out = []
     for schema, name in tables:
         table = f"{schema}.{name}"
@@ -130,9 +137,7 @@ def datasets(con: duckdb.DuckDBPyConnection) -> list[Dataset]:
             kind, path = "analytics", f"analytics/{name}"
         else:
             kind, path = "internal", f"internal/{table}"
-        columns = [r[0] for r in con.execute(
-            "select column_name from duckdb_columns() where database_name = current_database() "
-            "and schema_name = ? and table_name = ? order by column_index", [schema, name]).fetchall()]
+        columns = listed.get((schema, name), [])
         select = shared_select(table, columns) if kind != "internal" else f"select * from {q(schema)}.{q(name)}"
         out.append(Dataset(table=table, path=path, kind=kind, select=select, order=tuple(order_keys(table))))
     return out
@@ -240,18 +245,27 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
                     previous_version: str | None, watermarks: dict | None, hook: Hook,
                     inputs: dict[str, str | None]) -> dict:
     known = _known_objects(snap.parent)
-    for planned in plans.values():
-        write_objects(con, planned, objects, known)
-    fsync_dir(objects)
+    pending: dict[str, Path] = {}
+    try:
+        for planned in plans.values():
+            write_objects(con, planned, objects, known, pending)
+        hook("objects_staged")  # new objects are temp files: neither durable nor named yet
+        commit_objects(pending, objects)
+    except BaseException:
+        for tmp in pending.values():
+            tmp.unlink(missing_ok=True)
+        raise
     hook("objects_written")
-    views = {}
+    views, directories = {}, []
     for path, planned in plans.items():
         target = snap / path
         target.mkdir(parents=True)
         for part in planned.parts:
             _link(objects / f"{part.key}.parquet", target / part.name)
         views[planned.dataset.table] = ([target / p.name for p in planned.parts], planned.rows)
-        fsync_dir(target)
+        directories.append(target)
+    # The links must be durable before the commit, not before the warehouse is built: one pass.
+    fsync_all(directories)
     hook("files_linked")
     warehouse_bytes = build_warehouse(con, snap / WAREHOUSE_FILE, views)
     hook("warehouse_built")
@@ -276,9 +290,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
         } for path, p in plans.items()},
     }
     _write_manifest(snap, manifest)
-    for directory in (snap, snap / "training", snap / "analytics", snap / "internal"):
-        if directory.exists():
-            fsync_dir(directory)
+    fsync_all([d for d in (snap, snap / "training", snap / "analytics", snap / "internal") if d.exists()])
     fsync_dir(snap.parent)
     hook("manifest_written")
     return manifest

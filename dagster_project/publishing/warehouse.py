@@ -21,22 +21,34 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
     """Write ``path`` with one view per ``schema.table`` -> (files, expected rows); returns bytes."""
     comments = _comments(state)
     path.unlink(missing_ok=True)
+    resolved: dict[Path, Path] = {}  # one realpath per directory, not per file
+
+    def absolute(file: Path) -> Path:
+        if file.parent not in resolved:
+            resolved[file.parent] = file.parent.resolve()
+        return resolved[file.parent] / file.name
+
     con = duckdb.connect(str(path))
     try:
+        # One transaction, a view's comments in one call: ~600 COMMENT statements each committed
+        # alone cost 1.6 ms apiece, most of an incremental publish.
+        con.execute("begin transaction")
         for table, (files, _) in sorted(views.items()):
             schema, name = table.split(".", 1)
             con.execute(f"create schema if not exists {q(schema)}")
-            listing = "[" + ", ".join(lit(f.resolve()) for f in files) + "]"
+            listing = "[" + ", ".join(lit(absolute(f)) for f in files) + "]"
             con.execute(f"create view {q(schema)}.{q(name)} as select * from read_parquet({listing})")
             table_comment, column_comments = comments.get(table, (None, {}))
-            if table_comment:
-                con.execute(f"comment on view {q(schema)}.{q(name)} is {lit(table_comment)}")
+            statements = [f"comment on view {q(schema)}.{q(name)} is {lit(table_comment)}"] if table_comment else []
             present = {r[0] for r in con.execute(f"describe {q(schema)}.{q(name)}").fetchall()}
             for column in sorted(present):
                 # a pseudonymised column is renamed in the published data: describe it by its new name
                 text = column_comments.get(column) or column_comment(schema, name, column, {})
                 if text:
-                    con.execute(f"comment on column {q(schema)}.{q(name)}.{q(column)} is {lit(text)}")
+                    statements.append(f"comment on column {q(schema)}.{q(name)}.{q(column)} is {lit(text)}")
+            if statements:
+                con.execute(";\n".join(statements))
+        con.execute("commit")
         con.execute("checkpoint")
     finally:
         con.close()

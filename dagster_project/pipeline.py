@@ -157,17 +157,19 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                 run_id=run_id, tags={"flywheel/launched_by": "cli", "flywheel/mode": mode},
             )
     failures, traces = [], []
-    # A failed blocking check fails its step with a bare "check failed": its report (which
-    # expectation, sample rows) is in the evaluation's description.
-    checks = {event.step_key: event.asset_check_evaluation_data.description for event in result.all_events
-              if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
-              and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description}
+    # A failed blocking check fails the step that builds its table with a bare "check failed":
+    # each report (which expectation, sample rows) is in its evaluation's description.
+    checks: dict[str, list[str]] = {}
+    for event in result.all_events:
+        if (event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+                and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description):
+            checks.setdefault(event.step_key, []).append(event.asset_check_evaluation_data.description)
     for event in result.all_events:
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
             message = short_error(event.step_failure_data)
             if event.step_key in checks:
-                message += "\n" + checks[event.step_key]
+                message += "\n" + "\n".join(checks[event.step_key])
             failures.append((event.step_key or "?", message.strip()))
             traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
     if not result.success:

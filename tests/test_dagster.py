@@ -142,3 +142,53 @@ def test_a_missing_raw_root_fails_the_ingest_step_and_marks_no_file_missing(lake
     con = duckdb.connect(str(lake.state_db), read_only=True)
     assert con.execute("select count(*), count(*) filter (where status = 'missing') from ingest.files").fetchall() == [
         (1, 0)]
+
+
+def test_each_check_is_declared_on_the_asset_that_builds_its_table_and_runs_in_its_step():
+    from dagster_project.expectations import SUITES
+
+    defs = load_definitions()
+    graph = defs.resolve_asset_graph()
+    job = defs.resolve_job_def("flywheel_job")
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    built = {".".join(k.path) for k in graph.get_all_asset_keys()}
+    assert checks == ({(t.replace(".", "/"), "great_expectations") for t in SUITES if t in built}
+                      | {(k.to_user_string(), "accounting_balances") for k in graph.get_all_asset_keys()
+                         if k.path[0] == "ingest"})
+    # one step per asset or multi-asset, none per check (each cost ~40 ms even when reused)
+    assert len(job.graph.nodes) == len({graph.get(k).assets_def for k in graph.get_all_asset_keys()}) == 26
+    for key in graph.asset_check_keys:
+        assets_def = graph.get(key.asset_key).assets_def  # the asset that builds the table runs its check
+        assert assets_def.get_spec_for_check_key(key).blocking == (key.name == "great_expectations")
+
+
+def test_a_failing_check_fails_the_step_that_built_its_table_and_nothing_downstream_runs(lake):
+    import duckdb
+
+    from dagster_project import versions
+
+    defs, keys = ingest_and_staging_assets()
+    labels = [dg.AssetKey(["marts", "interaction_labels"]), dg.AssetKey(["marts", "orphan_feedback"])]
+    run = lambda: dg.materialize(list(defs.assets), resources={"flywheel": resource_for(lake)},  # noqa: E731
+                                 selection=dg.AssetSelection.assets(*keys, *labels), raise_on_error=False)
+    assert run().success
+    con = duckdb.connect(str(lake.state_db))
+    con.execute("update raw.interactions set tokens_used = -5 where id = ?", [interaction(1)["id"]])
+    versions.bump(con, "raw.interactions", None, reset=True)  # rewritten in place: staging rebuilds
+    con.close()
+    result = run()
+    assert not result.success
+    failed = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert [e.step_key for e in failed] == ["staging__interactions"]
+    evaluations = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
+                   if e.check_name == "great_expectations"}
+    failure = evaluations["staging/interactions"]
+    assert not failure.passed and failure.severity == dg.AssetCheckSeverity.ERROR
+    assert failure.description.startswith("staging.interactions: nothing of this run is published")
+    assert "tokens_used ≥ 0" in failure.description
+    assert evaluations["staging/feedback"].passed  # the other steps still report their checks
+    # the table was built (and its validation recorded), but nothing that reads it ran
+    assert result.asset_materializations_for_node("staging__interactions")
+    started = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+    assert {"staging__interactions", "staging__feedback"} <= started and "interaction_labels" not in started
+    assert not {e.asset_key for e in result.get_asset_materialization_events()} & set(labels)

@@ -77,8 +77,10 @@ def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[No
             con.close()
 
 
-def run_config(full_refresh: bool, *, verbose: bool = False) -> dict:
-    ops = {f"ingest__{name}": {"config": {"full_refresh": full_refresh}} for name in builtin_sources()}
+def run_config(full_refresh: bool, *, verbose: bool = False, nodes: set[str] | None = None) -> dict:
+    """``nodes``: the ops of a subset job (config for an op it lacks is an error)."""
+    ops = {f"ingest__{name}": {"config": {"full_refresh": full_refresh}} for name in builtin_sources()
+           if nodes is None or f"ingest__{name}" in nodes}
     # Dagster's console logger prints every failure with its stack, once per step and again in the
     # summary; the CLI prints each failure once itself (with the stack only when verbose).
     level = "WARNING" if verbose else "CRITICAL"
@@ -183,7 +185,8 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             dagster.add_event_listener(run_id, steps.event)
         with shared_state(settings):  # steps run here, one after another: one connection for all
             result = job.execute_in_process(
-                run_config=run_config(full_refresh, verbose=verbose), instance=dagster, raise_on_error=False,
+                run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
+                instance=dagster, raise_on_error=False,
                 run_id=run_id, tags={"flywheel/launched_by": "cli", "flywheel/mode": mode},
             )
     failures, traces = [], []

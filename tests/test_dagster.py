@@ -192,3 +192,46 @@ def test_a_failing_check_fails_the_step_that_built_its_table_and_nothing_downstr
     started = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_START}
     assert {"staging__interactions", "staging__feedback"} <= started and "interaction_labels" not in started
     assert not {e.asset_key for e in result.get_asset_materialization_events()} & set(labels)
+
+
+def test_a_run_recorded_in_a_sqlite_instance_keeps_every_event_and_leaves_no_write_ahead_log(lake, tmp_path,
+                                                                                             monkeypatch):
+    from dagster_project.pipeline import instance, run_pipeline
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
+    result = run_pipeline(lake, selection=["ingest/interactions", "staging/interactions"])
+    assert result.success, result.failures
+    with instance() as dagster:
+        events = [r.dagster_event for r in dagster.all_logs(result.run_id) if r.dagster_event]
+        assert sorted(e.step_key for e in events if e.event_type_value == "STEP_SUCCESS") == [
+            "ingest__interactions", "staging__interactions"]
+        assert {(e.asset_check_evaluation_data.asset_key.to_user_string(), e.asset_check_evaluation_data.passed)
+                for e in events if e.event_type_value == "ASSET_CHECK_EVALUATION"} == {
+            ("ingest/interactions", True), ("staging/interactions", True)}
+        # the cross-run index (what the UI reads) has them too
+        latest = dagster.get_latest_materialization_event(dg.AssetKey(["staging", "interactions"]))
+        assert latest is not None and latest.run_id == result.run_id
+    # the event-log files were held open for the run, then checkpointed and closed
+    assert (home / "history" / "runs" / f"{result.run_id}.db").is_file()
+    assert not list(home.rglob("*-wal"))
+
+
+def test_the_event_log_is_held_open_during_a_run_so_no_event_checkpoints_it(tmp_path):
+    from dagster_project.pipeline import event_log_held_open
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    index_wal = home / "history" / "runs" / "index.db-wal"
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        dagster.report_runless_asset_event(dg.AssetMaterialization("a"))
+        assert not index_wal.exists()  # Dagster alone: each event's connection checkpoints and deletes it
+        with event_log_held_open(dagster, "00000000-0000-4000-8000-000000000001"):
+            dagster.report_runless_asset_event(dg.AssetMaterialization("a"))
+            assert index_wal.stat().st_size > 0  # appended to, not checkpointed
+        assert not index_wal.exists()
+        assert len(dagster.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 2

@@ -235,3 +235,17 @@ def test_the_event_log_is_held_open_during_a_run_so_no_event_checkpoints_it(tmp_
             assert index_wal.stat().st_size > 0  # appended to, not checkpointed
         assert not index_wal.exists()
         assert len(dagster.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 2
+        # and only while held do its connections commit without a sync (a power cut may lose the
+        # run's last events, never corrupt them)
+        from sqlalchemy import create_engine, text
+
+        def synchronous() -> int:
+            engine = create_engine(f"sqlite:///{index_wal.parent / 'index.db'}")
+            with engine.connect() as conn:
+                value = conn.execute(text("pragma synchronous")).scalar()
+            engine.dispose()
+            return value
+
+        with event_log_held_open(dagster, "00000000-0000-4000-8000-000000000002"):
+            assert synchronous() == 1  # NORMAL
+        assert synchronous() == 2  # FULL, SQLite's default

@@ -85,10 +85,10 @@ def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_
     """Validate each table with a suite, or reuse the result of its last validation when the table
     is the version that validation ran on (same suite code; a failure only the same day)."""
     results = []
+    today = datetime.now(timezone.utc).date()
     for table in tables:
         if table not in SUITES:
             continue
-        today = datetime.now(timezone.utc).date()
         key = versions.validation_key(con, table)
         reused = versions.reuse_validation(con, table, key, run_id, today)
         if reused is not None:

@@ -2,7 +2,8 @@
 
 Each source differs only in its declaration (``dagster_project/sources/``); how it is read,
 accounted for and deduplicated is the same engine, so the assets are made by one factory
-instead of nine copies.
+instead of nine copies. Each asset reports its table's checks from its own step (ingest: the
+accounting identity; staging: the Great Expectations suite, ``tables.gx_checks``).
 """
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -48,8 +49,55 @@ def instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(str(home))
 
 
-def run_config(full_refresh: bool, *, verbose: bool = False) -> dict:
-    ops = {f"ingest__{name}": {"config": {"full_refresh": full_refresh}} for name in builtin_sources()}
+@contextmanager
+def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[None]:
+    """Make the instance's SQLite event log cheap to append to for the run (Postgres or in-memory
+    instances are left alone).
+
+    Dagster opens and closes a connection for every event (two or three for an asset event): the
+    connection that closes last checkpoints the write-ahead log into the database and deletes it,
+    and every commit fsyncs (~10-40 ms and ~100 kB written an event: most of a no-op run's time
+    and all of its 50 MB of writes). So the run's and the index's files stay open here (no close
+    is the last: the log is appended to and checkpointed once, at the end), and the run's
+    connections to them commit with ``synchronous=NORMAL``, which in WAL mode syncs at checkpoints
+    only: a power cut may lose the run's last events, never corrupt the history, and the data the
+    run publishes is synced by its own writers."""
+    storage = dagster.event_log_storage
+    path_for_shard = getattr(storage, "path_for_shard", None)
+    if path_for_shard is None or not hasattr(storage, "index_connection"):
+        yield
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    directory = os.path.dirname(os.path.abspath(path_for_shard("index")))
+
+    def relax(dbapi_connection, _record) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            name = dbapi_connection.execute("pragma database_list").fetchone()[2]
+            if name and os.path.dirname(os.path.abspath(name)) == directory:
+                dbapi_connection.execute("pragma synchronous = normal")
+
+    held: list[sqlite3.Connection] = []
+    event.listen(Engine, "connect", relax)
+    try:
+        for shard, connect in (("index", storage.index_connection), (run_id, lambda: storage.run_connection(run_id))):
+            with connect():  # creates the shard (tables, WAL mode) as Dagster would
+                pass
+            con = sqlite3.connect(path_for_shard(shard))
+            con.execute("select count(*) from sqlite_master").fetchall()  # joins the WAL: now a reader
+            held.append(con)
+        yield
+    finally:
+        event.remove(Engine, "connect", relax)
+        for con in held:
+            con.close()
+
+
+def run_config(full_refresh: bool, *, verbose: bool = False, nodes: set[str] | None = None) -> dict:
+    """``nodes``: the ops of a subset job (config for an op it lacks is an error)."""
+    ops = {f"ingest__{name}": {"config": {"full_refresh": full_refresh}} for name in builtin_sources()
+           if nodes is None or f"ingest__{name}" in nodes}
     # Dagster's console logger prints every failure with its stack, once per step and again in the
     # summary; the CLI prints each failure once itself (with the stack only when verbose).
     level = "WARNING" if verbose else "CRITICAL"
@@ -58,12 +106,12 @@ def run_config(full_refresh: bool, *, verbose: bool = False) -> dict:
 
 def source_warnings(settings: Settings) -> list[str]:
     """One line per enabled source whose globs match no file (its tables will stay empty)."""
-    from dagster_project.engine import discover
+    from dagster_project.engine.discovery import claims_any
     from dagster_project.sources import load_sources
 
     return [f"source {name}: no files match {', '.join(spec.globs)} under {settings.raw_dir}"
             for name, spec in load_sources(settings.sources_file).items()
-            if not discover(spec, settings.raw_dir)]
+            if not claims_any(spec, settings.raw_dir)]
 
 
 def preflight(settings: Settings) -> list[str]:
@@ -146,6 +194,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             forget_files(settings, replay)
         dagster = instance()
         stack.enter_context(dagster)
+        stack.enter_context(event_log_held_open(dagster, run_id))
         if console is not None:
             steps = progress.StepProgress(console, total_steps=len(job.graph.nodes))
             stack.enter_context(steps)
@@ -153,21 +202,24 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             dagster.add_event_listener(run_id, steps.event)
         with shared_state(settings):  # steps run here, one after another: one connection for all
             result = job.execute_in_process(
-                run_config=run_config(full_refresh, verbose=verbose), instance=dagster, raise_on_error=False,
+                run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
+                instance=dagster, raise_on_error=False,
                 run_id=run_id, tags={"flywheel/launched_by": "cli", "flywheel/mode": mode},
             )
     failures, traces = [], []
-    # A failed blocking check fails its step with a bare "check failed": its report (which
-    # expectation, sample rows) is in the evaluation's description.
-    checks = {event.step_key: event.asset_check_evaluation_data.description for event in result.all_events
-              if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
-              and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description}
+    # A failed blocking check fails the step that builds its table with a bare "check failed":
+    # each report (which expectation, sample rows) is in its evaluation's description.
+    checks: dict[str, list[str]] = {}
+    for event in result.all_events:
+        if (event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+                and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description):
+            checks.setdefault(event.step_key, []).append(event.asset_check_evaluation_data.description)
     for event in result.all_events:
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
             message = short_error(event.step_failure_data)
             if event.step_key in checks:
-                message += "\n" + checks[event.step_key]
+                message += "\n" + "\n".join(checks[event.step_key])
             failures.append((event.step_key or "?", message.strip()))
             traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
     if not result.success:

@@ -5,18 +5,26 @@ each is declared as data (``TableGroup``) and turned into a Dagster multi-asset 
 
 A group whose inputs (code, the settings it ``reads``, its deps' versions) are those its tables
 were built from is not built again: the run reuses them (``versions``).
+
+Each table's Great Expectations suite is a blocking asset check declared on the asset that builds
+the table and evaluated in the same step (``gx_checks``, ``gx_check_results``): a step of its own
+per check cost ~40 ms of Dagster overhead each, even when the result is reused. A failing check
+fails the step after every check of it has reported, so nothing downstream (the snapshot is
+downstream of every table) runs and nothing of the run is published.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import dagster as dg
 import duckdb
 
 from dagster_project import versions
 from dagster_project.metadata import count, preview
+from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
-from dagster_project.validation import apply_drops, carry_exclusions
+from dagster_project.validation import apply_drops, carry_exclusions, record_validations, validate_table
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -63,6 +71,56 @@ def reused_metadata(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> 
     }
 
 
+GX_CHECK = "great_expectations"
+
+
+def gx_checks(tables: Iterable[str]) -> list[dg.AssetCheckSpec]:
+    """The blocking check of each table that has a suite (others have none to run)."""
+    return [dg.AssetCheckSpec(GX_CHECK, asset=dg.AssetKey(table.split(".")), blocking=True,
+                              description=f"Great Expectations suite for {table}; blocks the snapshot when it fails.")
+            for table in tables if table in SUITES]
+
+
+def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_id: str) -> list[dg.AssetCheckResult]:
+    """Validate each table with a suite, or reuse the result of its last validation when the table
+    is the version that validation ran on (same suite code; a failure only the same day)."""
+    results = []
+    today = datetime.now(timezone.utc).date()
+    for table in tables:
+        if table not in SUITES:
+            continue
+        key = versions.validation_key(con, table)
+        reused = versions.reuse_validation(con, table, key, run_id, today)
+        if reused is not None:
+            passed, result, validated_by = reused
+        else:
+            report = validate_table(con, table, run_id=run_id)
+            record_validations(con, report)
+            passed, result, validated_by = report.success, {**_check_summary(report), "validated_on": str(today)}, None
+            versions.record_validation(con, table, key, run_id, passed, result)
+        results.append(dg.AssetCheckResult(
+            asset_key=dg.AssetKey(table.split(".")), check_name=GX_CHECK,
+            passed=passed, severity=dg.AssetCheckSeverity.ERROR,
+            description=None if passed else f"{table}: nothing of this run is published.\n{result.get('description')}",
+            metadata={"rows_validated": result.get("rows_validated", 0), "expectations": result.get("expectations", 0),
+                      "failed": dg.MetadataValue.md(result.get("failed", "none")),
+                      "reused_from_run": validated_by or ""}))
+    return results
+
+
+def _check_summary(report) -> dict:
+    """What the check reports, JSON-able so a later run can report it again unchanged."""
+    return {
+        "rows_validated": report.rows,
+        "expectations": len(report.results),
+        "failed": "\n".join(
+            f"- **{r.check.name}** (action {r.check.action}): "
+            f"{r.unexpected_count:,} unexpected, observed {r.observed}, e.g. `{r.samples[:2]}`"
+            for r in report.results if not r.success) or "none",
+        "description": None if report.success else report.describe(),
+    }
+
+
 def _quoted(table: str) -> str:
     return ".".join(f'"{part}"' for part in table.split("."))
 
@@ -78,6 +136,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             )
             for table in spec.tables
         ],
+        check_specs=gx_checks(spec.tables),
         op_tags=WAREHOUSE_TAG,
     )
     def _build(context: dg.AssetExecutionContext, flywheel: FlywheelResource):
@@ -89,6 +148,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                     yield dg.MaterializeResult(asset_key=spec.key(table), metadata={
                         **reused_metadata(con, table, context.run_id),
                         "preview": preview(con, _quoted(table)), **extra.get(table, {})})
+                yield from gx_check_results(con, spec.tables, context.run_id)
                 return
             built_by = {table: versions.get(con, table) for table in spec.tables}
             for table in spec.tables:  # a build that fails half-way must not look current
@@ -117,5 +177,6 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         **extra.get(table, {}),
                     },
                 )
+            yield from gx_check_results(con, spec.tables, context.run_id)
 
     return _build

@@ -142,3 +142,110 @@ def test_a_missing_raw_root_fails_the_ingest_step_and_marks_no_file_missing(lake
     con = duckdb.connect(str(lake.state_db), read_only=True)
     assert con.execute("select count(*), count(*) filter (where status = 'missing') from ingest.files").fetchall() == [
         (1, 0)]
+
+
+def test_each_check_is_declared_on_the_asset_that_builds_its_table_and_runs_in_its_step():
+    from dagster_project.expectations import SUITES
+
+    defs = load_definitions()
+    graph = defs.resolve_asset_graph()
+    job = defs.resolve_job_def("flywheel_job")
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    built = {".".join(k.path) for k in graph.get_all_asset_keys()}
+    assert checks == ({(t.replace(".", "/"), "great_expectations") for t in SUITES if t in built}
+                      | {(k.to_user_string(), "accounting_balances") for k in graph.get_all_asset_keys()
+                         if k.path[0] == "ingest"})
+    # one step per asset or multi-asset, none per check (each cost ~40 ms even when reused)
+    assert len(job.graph.nodes) == len({graph.get(k).assets_def for k in graph.get_all_asset_keys()}) == 26
+    for key in graph.asset_check_keys:
+        assets_def = graph.get(key.asset_key).assets_def  # the asset that builds the table runs its check
+        assert assets_def.get_spec_for_check_key(key).blocking == (key.name == "great_expectations")
+
+
+def test_a_failing_check_fails_the_step_that_built_its_table_and_nothing_downstream_runs(lake):
+    import duckdb
+
+    from dagster_project import versions
+
+    defs, keys = ingest_and_staging_assets()
+    labels = [dg.AssetKey(["marts", "interaction_labels"]), dg.AssetKey(["marts", "orphan_feedback"])]
+    run = lambda: dg.materialize(list(defs.assets), resources={"flywheel": resource_for(lake)},  # noqa: E731
+                                 selection=dg.AssetSelection.assets(*keys, *labels), raise_on_error=False)
+    assert run().success
+    con = duckdb.connect(str(lake.state_db))
+    con.execute("update raw.interactions set tokens_used = -5 where id = ?", [interaction(1)["id"]])
+    versions.bump(con, "raw.interactions", None, reset=True)  # rewritten in place: staging rebuilds
+    con.close()
+    result = run()
+    assert not result.success
+    failed = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert [e.step_key for e in failed] == ["staging__interactions"]
+    evaluations = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
+                   if e.check_name == "great_expectations"}
+    failure = evaluations["staging/interactions"]
+    assert not failure.passed and failure.severity == dg.AssetCheckSeverity.ERROR
+    assert failure.description.startswith("staging.interactions: nothing of this run is published")
+    assert "tokens_used ≥ 0" in failure.description
+    assert evaluations["staging/feedback"].passed  # the other steps still report their checks
+    # the table was built (and its validation recorded), but nothing that reads it ran
+    assert result.asset_materializations_for_node("staging__interactions")
+    started = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+    assert {"staging__interactions", "staging__feedback"} <= started and "interaction_labels" not in started
+    assert not {e.asset_key for e in result.get_asset_materialization_events()} & set(labels)
+
+
+def test_a_run_recorded_in_a_sqlite_instance_keeps_every_event_and_leaves_no_write_ahead_log(lake, tmp_path,
+                                                                                             monkeypatch):
+    from dagster_project.pipeline import instance, run_pipeline
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
+    result = run_pipeline(lake, selection=["ingest/interactions", "staging/interactions"])
+    assert result.success, result.failures
+    with instance() as dagster:
+        events = [r.dagster_event for r in dagster.all_logs(result.run_id) if r.dagster_event]
+        assert sorted(e.step_key for e in events if e.event_type_value == "STEP_SUCCESS") == [
+            "ingest__interactions", "staging__interactions"]
+        assert {(e.asset_check_evaluation_data.asset_key.to_user_string(), e.asset_check_evaluation_data.passed)
+                for e in events if e.event_type_value == "ASSET_CHECK_EVALUATION"} == {
+            ("ingest/interactions", True), ("staging/interactions", True)}
+        # the cross-run index (what the UI reads) has them too
+        latest = dagster.get_latest_materialization_event(dg.AssetKey(["staging", "interactions"]))
+        assert latest is not None and latest.run_id == result.run_id
+    # the event-log files were held open for the run, then checkpointed and closed
+    assert (home / "history" / "runs" / f"{result.run_id}.db").is_file()
+    assert not list(home.rglob("*-wal"))
+
+
+def test_the_event_log_is_held_open_during_a_run_so_no_event_checkpoints_it(tmp_path):
+    from dagster_project.pipeline import event_log_held_open
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    index_wal = home / "history" / "runs" / "index.db-wal"
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        dagster.report_runless_asset_event(dg.AssetMaterialization("a"))
+        assert not index_wal.exists()  # Dagster alone: each event's connection checkpoints and deletes it
+        with event_log_held_open(dagster, "00000000-0000-4000-8000-000000000001"):
+            dagster.report_runless_asset_event(dg.AssetMaterialization("a"))
+            assert index_wal.stat().st_size > 0  # appended to, not checkpointed
+        assert not index_wal.exists()
+        assert len(dagster.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 2
+        # and only while held do its connections commit without a sync (a power cut may lose the
+        # run's last events, never corrupt them)
+        from sqlalchemy import create_engine, text
+
+        def synchronous() -> int:
+            engine = create_engine(f"sqlite:///{index_wal.parent / 'index.db'}")
+            with engine.connect() as conn:
+                value = conn.execute(text("pragma synchronous")).scalar()
+            engine.dispose()
+            return value
+
+        with event_log_held_open(dagster, "00000000-0000-4000-8000-000000000002"):
+            assert synchronous() == 1  # NORMAL
+        assert synchronous() == 2  # FULL, SQLite's default

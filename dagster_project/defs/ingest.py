@@ -2,7 +2,8 @@
 
 Each source differs only in its declaration (``dagster_project/sources/``); how it is read,
 accounted for and deduplicated is the same engine, so the assets are made by one factory
-instead of nine copies.
+instead of nine copies. Each asset reports its table's checks from its own step (ingest: the
+accounting identity; staging: the Great Expectations suite, ``tables.gx_checks``).
 """
 
 
@@ -19,7 +20,7 @@ from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
 from dagster_project.state import record_run
-from dagster_project.tables import reused_metadata
+from dagster_project.tables import gx_check_results, gx_checks, reused_metadata
 from dagster_project.validation import apply_drops
 from transforms.classify import q
 from transforms.spec import SourceSpec
@@ -41,6 +42,10 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         description=f"Read new lines/rows of {spec.description} into raw.{spec.name}; "
         "quarantine what cannot be loaded; per-file accounting in ingest.files.",
         kinds={"duckdb"},
+        check_specs=[dg.AssetCheckSpec(
+            "accounting_balances", asset=["ingest", spec.name],
+            description="Every line is loaded, quarantined or blank, and every quarantined "
+                        "line is stored: lines_read = rows_loaded + rows_quarantined + blank_lines.")],
         op_tags=WAREHOUSE_TAG,
     )
     def _ingest(context: dg.AssetExecutionContext, config: IngestConfig,
@@ -50,7 +55,8 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         with flywheel.state() as con:
             if live_spec is None:
                 context.log.info(f"{spec.name} is disabled in {settings.sources_file}")
-                return dg.MaterializeResult(metadata={"disabled": True})
+                return dg.MaterializeResult(metadata={"disabled": True},
+                                            check_results=[accounting_result(con, spec.name)])
             report = Ingestor(con, live_spec, settings, context.run_id,
                               progress=reporter(context)).run(full_refresh=config.full_refresh)
             counts = {
@@ -73,8 +79,9 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 con, "select path, event, detail from ingest.file_events "
                      "where source = $s and run_id = $r order by path",
                 {"s": spec.name, "r": context.run_id})
+            accounting = accounting_result(con, spec.name)
         mb = report.total("bytes_read") / 1e6
-        return dg.MaterializeResult(metadata={
+        return dg.MaterializeResult(check_results=[accounting], metadata={
             "files": len(report.files),
             "files_changed": len(report.changed_files),
             "lines_read": counts["lines"],
@@ -89,28 +96,26 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             "file_events": dg.MetadataValue.md(events),
         })
 
-    @dg.asset_check(asset=_ingest, name="accounting_balances",
-                    description="Every line is loaded, quarantined or blank, and every quarantined "
-                                "line is stored: lines_read = rows_loaded + rows_quarantined + blank_lines.")
-    def _accounting(flywheel: FlywheelResource) -> dg.AssetCheckResult:
-        with flywheel.state() as con:
-            totals = con.execute(
-                "select count(*), coalesce(sum(lines_read), 0)::bigint, coalesce(sum(rows_loaded), 0)::bigint, "
-                "coalesce(sum(rows_quarantined), 0)::bigint, coalesce(sum(blank_lines), 0)::bigint "
-                "from ingest.files where source = ?", [spec.name]).fetchall()[0]
-            try:
-                check_accounting(con, spec.name)
-                passed, problem = True, None
-            except RuntimeError as exc:
-                passed, problem = False, str(exc)
-        files, lines, loaded, quarantined, blank = totals
-        return dg.AssetCheckResult(passed=passed, metadata={
-            "files": files, "lines_read": lines, "rows_loaded": loaded,
-            "rows_quarantined": quarantined, "blank_lines": blank,
-            **({"problem": problem} if problem else {}),
-        })
+    return _ingest
 
-    return _ingest, _accounting
+
+def accounting_result(con, source: str) -> dg.AssetCheckResult:
+    """The ``accounting_balances`` check of an ingest asset, evaluated in its own step."""
+    totals = con.execute(
+        "select count(*), coalesce(sum(lines_read), 0)::bigint, coalesce(sum(rows_loaded), 0)::bigint, "
+        "coalesce(sum(rows_quarantined), 0)::bigint, coalesce(sum(blank_lines), 0)::bigint "
+        "from ingest.files where source = ?", [source]).fetchall()[0]
+    try:
+        check_accounting(con, source)
+        passed, problem = True, None
+    except RuntimeError as exc:
+        passed, problem = False, str(exc)
+    files, lines, loaded, quarantined, blank = totals
+    return dg.AssetCheckResult(check_name="accounting_balances", passed=passed, metadata={
+        "files": files, "lines_read": lines, "rows_loaded": loaded,
+        "rows_quarantined": quarantined, "blank_lines": blank,
+        **({"problem": problem} if problem else {}),
+    })
 
 
 def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
@@ -121,6 +126,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         description=f"One row per identity ({', '.join(spec.identity)}) of {spec.name}: the latest "
         f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}).",
         kinds={"duckdb"},
+        check_specs=gx_checks([f"staging.{spec.name}"]),
         op_tags=WAREHOUSE_TAG,
     )
     def _staging(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
@@ -131,7 +137,8 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             if versions.reusable(con, [table], key):
                 return dg.MaterializeResult(metadata={
                     **reused_metadata(con, table, context.run_id),
-                    "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)})
+                    "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)},
+                    check_results=gx_check_results(con, [table], context.run_id))
             versions.invalidate(con, table)  # a build that fails half-way must not look current
             # incremental when sound; drop expectations (a time beyond the future slack) apply
             # before marts read it
@@ -140,7 +147,8 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             versions.record_build(con, table, key, context.run_id)
             versions_loaded = count(con, f"select count(*) from raw.{q(spec.name)}")
             sample = preview(con, f"staging.{q(spec.name)}", sample_columns)
-        return dg.MaterializeResult(metadata={
+            checks = gx_check_results(con, [table], context.run_id)
+        return dg.MaterializeResult(check_results=checks, metadata={
             "dagster/row_count": rows,
             "reused": False,
             "versions_loaded": versions_loaded,
@@ -171,7 +179,6 @@ def staging_key(con, spec: SourceSpec, flywheel: FlywheelResource) -> str:
 
 
 SOURCES = builtin_sources()
-_ingest_defs = [ingest_asset(spec) for spec in SOURCES.values()]
 
 
 @dg.asset(
@@ -180,6 +187,7 @@ _ingest_defs = [ingest_asset(spec) for spec in SOURCES.values()]
     group_name="staging",
     description="Queue rows and TUI ratings as one set of weighted examples, one row per content hash.",
     kinds={"duckdb"},
+    check_specs=gx_checks(["staging.weighted_examples"]),
     op_tags=WAREHOUSE_TAG,
 )
 def weighted_examples(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
@@ -194,10 +202,12 @@ def weighted_examples(context: dg.AssetExecutionContext, flywheel: FlywheelResou
             versions.record_build(con, table, key, context.run_id)
         by_origin = markdown_table(con, "select origin, label, count(*) as rows, sum(weight) as weight "
                                         "from staging.weighted_examples group by all order by all")
-    return dg.MaterializeResult(metadata={**metadata, "by_origin": dg.MetadataValue.md(by_origin)})
+        checks = gx_check_results(con, [table], context.run_id)
+    return dg.MaterializeResult(metadata={**metadata, "by_origin": dg.MetadataValue.md(by_origin)},
+                                check_results=checks)
 
 
 defs = dg.Definitions(
-    assets=[a for a, _ in _ingest_defs] + [staging_asset(s) for s in SOURCES.values()] + [weighted_examples],
-    asset_checks=[c for _, c in _ingest_defs],
+    assets=[ingest_asset(s) for s in SOURCES.values()] + [staging_asset(s) for s in SOURCES.values()]
+    + [weighted_examples],
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from transforms.spec import SourceSpec
@@ -13,6 +14,8 @@ SQLITE_SUFFIXES = {".db", ".sqlite", ".sqlite3"}
 def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
     """(stored path, real path) of every file the source's globs match, sorted by stored path."""
     found: dict[str, Path] = {}
+    root = raw_dir.resolve()
+    dirs: dict[Path, Path] = {}  # a lake has thousands of files in a few directories
     for pattern in spec.globs:
         pattern = os.path.expanduser(pattern)
         if os.path.isabs(pattern):
@@ -21,16 +24,29 @@ def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
         else:
             matches = raw_dir.glob(pattern)
         for real in matches:
-            if real.is_file():
-                found[stored_path(real, raw_dir)] = real
+            try:
+                mode = os.lstat(real).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode):  # not a link: only its directory can resolve elsewhere
+                parent = dirs.get(real.parent)
+                if parent is None:
+                    parent = dirs[real.parent] = real.parent.resolve()
+                found[_relative(parent / real.name, root)] = real
+            elif stat.S_ISLNK(mode) and real.is_file():
+                found[_relative(real.resolve(), root)] = real
     return sorted(found.items())
 
 
 def stored_path(real: Path, raw_dir: Path) -> str:
+    return _relative(real.resolve(), raw_dir.resolve())
+
+
+def _relative(resolved: Path, root: Path) -> str:
     try:
-        return real.resolve().relative_to(raw_dir.resolve()).as_posix()
+        return resolved.relative_to(root).as_posix()
     except ValueError:
-        return real.resolve().as_posix()
+        return resolved.as_posix()
 
 
 def unclaimed_files(specs: dict[str, SourceSpec], raw_dir: Path) -> list[str]:

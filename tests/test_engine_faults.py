@@ -113,3 +113,25 @@ def test_an_unchanged_file_is_not_mapped(settings, monkeypatch, deferred):
     assert reports["interactions"].files[0].event == ("sealed" if deferred else "unchanged")
     assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [
         (3, 2 + (not deferred), int(deferred))]
+
+
+@pytest.mark.parametrize("lines", [1, 148, 200])  # 148 lines fit one tail block, 149 do not
+def test_recorded_tail_hash_is_the_last_consumed_block(settings, lines):
+    """For a file within one tail block the prefix hash is reused as the tail hash: both must be
+    the sha256 of the last consumed block, however the file was read (at once or appended to)."""
+    import hashlib
+
+    from dagster_project.engine.readers import TAIL_CHECK_BYTES
+
+    path = write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(lines)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    with path.open("ab") as fh:
+        fh.write(dumps(interaction(lines)).encode() + b"\n" + b'{"partial": ')
+    con, _ = ingest(settings, "run-2", sources=["interactions"], con=con)
+    data = path.read_bytes()
+    for entry, end in zip([e for e in Bronze(settings, "interactions").entries() if e.state],
+                          [len(data) - len(b'{"partial": ') - len(dumps(interaction(lines))) - 1,
+                           len(data) - len(b'{"partial": ')]):
+        assert entry.state["offset"] == end
+        assert entry.state["tail_sha"] == hashlib.sha256(data[max(0, end - TAIL_CHECK_BYTES):end]).hexdigest()
+        assert entry.state["prefix_sha"] == hashlib.sha256(data[:end]).hexdigest()

@@ -119,9 +119,12 @@ def read(view: FileView, buf=None) -> list[Unit]:
                           event=("sealed", f"partial last line of {deferred} bytes quarantined")))
         hasher.update(span)
         position, lines_done, deferred = size, lines_done + 1, 0
+    # hasher holds bytes [0, position): for a file within one tail block that is the tail too
+    prefix = hasher.hexdigest()
     state = {"format": "jsonl", "status": "ok", **sig, "generation": generation, "offset": position,
-             "lines": lines_done, "prefix_sha": hasher.hexdigest() if position else None,
-             "tail_sha": tail_sha(buf, position), "changed_at": changed_at, "deferred": deferred}
+             "lines": lines_done, "prefix_sha": prefix if position else None,
+             "tail_sha": prefix if position <= TAIL_CHECK_BYTES else tail_sha(buf, position),
+             "changed_at": changed_at, "deferred": deferred}
     return finish(units, state, known)
 
 

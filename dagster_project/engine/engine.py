@@ -35,7 +35,7 @@ from dagster_project.settings import Settings
 from dagster_project import versions
 from transforms.localtime import resolve_folds
 from transforms.classify import build_sql, output_columns, q, strict_verdict
-from transforms.lines import Rejected
+from transforms.lines import BATCH_ROWS, Rejected
 from transforms.staging import log_tombstones
 from transforms.spec import SourceSpec
 
@@ -318,6 +318,11 @@ class Ingestor:
             if not parts:
                 return
             lines = pa.concat_tables(parts)
+            chunks = lines.column("text").num_chunks
+            if chunks > 1 and lines.num_rows < chunks * (BATCH_ROWS // 4):
+                # Thousands of small files are thousands of small Arrow chunks, and DuckDB pays the
+                # classification's per-chunk cost on each: one copy into full batches costs less.
+                lines = pa.Table.from_batches(lines.combine_chunks().to_batches(max_chunksize=BATCH_ROWS))
             self.con.register("_lines", lines)
             try:
                 self.con.execute(f"create or replace temp table _classified as {self.sql.sql}", self.sql.params)

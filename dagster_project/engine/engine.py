@@ -142,8 +142,8 @@ class Ingestor:
         try:
             if real.suffix in SQLITE_SUFFIXES and self.spec.sqlite is not None:
                 units = sqlite.read(view, self.spec.sqlite, lambda ranges: self._sqlite_keys(path, ranges))
-            elif jsonl.unchanged(view):
-                units = []
+            elif self.spec.format == "jsonl" and jsonl.unchanged(view):
+                units = []  # a jsonl_or_array file is always mapped: its first byte picks the reader
             else:
                 buf = jsonl.open_map(real)
                 try:

@@ -216,6 +216,7 @@ from dagster_project.engine import engine
 from dagster_project.settings import Settings
 def die(self, batch):
     if batch:
+        self._bronze_durable()  # bronze is written on another thread: crash once it is durable
         os.kill(os.getpid(), 9)
 engine.Ingestor._apply = die
 ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},

@@ -100,7 +100,14 @@ def split_lines(
             )
         )
 
-    for i in _invalid_utf8(texts, keep):
+    # One cast validates every line's UTF-8 (SIMD) and is the string column, zero-copy; only
+    # when it fails are the invalid lines looked for.
+    try:
+        strings = texts.cast(pa.large_string())
+        invalid = []
+    except pa.ArrowInvalid:
+        strings, invalid = None, _invalid_utf8(texts, keep)
+    for i in invalid:
         raw = bytes(data[starts[i] : starts[i + 1]]).rstrip(b"\r\n")
         keep[i] = False
         try:
@@ -114,19 +121,13 @@ def split_lines(
             )
         )
 
+    numbers, offsets = pa.array(line_numbers), pa.array(byte_offsets)
     if keep.all():
-        strings = texts.cast(pa.large_string())
-        table = pa.table([line_numbers, byte_offsets, strings], schema=LINES_SCHEMA)
+        table = pa.Table.from_arrays([numbers, offsets, strings], schema=LINES_SCHEMA)
     else:
         mask = pa.array(keep)
-        table = pa.table(
-            [
-                pa.array(line_numbers).filter(mask),
-                pa.array(byte_offsets).filter(mask),
-                texts.filter(mask).cast(pa.large_string()),
-            ],
-            schema=LINES_SCHEMA,
-        )
+        kept = strings.filter(mask) if strings is not None else texts.filter(mask).cast(pa.large_string())
+        table = pa.Table.from_arrays([numbers.filter(mask), offsets.filter(mask), kept], schema=LINES_SCHEMA)
     # Record batches let DuckDB's Arrow scan spread the JSON work over every core.
     table = pa.Table.from_batches(table.to_batches(max_chunksize=BATCH_ROWS), schema=LINES_SCHEMA)
     return Split(lines=table, rejected=rejected, n_lines=n, consumed=consumed, tail=tail)

@@ -207,8 +207,17 @@ def _why_rebuild(state: _State, mark, now: datetime) -> str | None:
 
 def _rebuild(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> int:
     table = f"staging.{q(spec.name)}"
-    con.execute(f"create or replace table {table} as {last_wins_sql(spec)}")
+    con.execute(f"create or replace table {table} as {_winners(spec, f'raw.{q(spec.name)} r')}")
     return con.execute(f"select count(*) from {table}").fetchone()[0]
+
+
+def _winners(spec: SourceSpec, scope: str) -> str:
+    """``last_wins_sql`` over the raw rows of ``scope`` (``raw.<source> r``, or a semi join naming ``r``):
+    decided on the narrow identity and order columns, then only the winners' whole rows are
+    fetched (a rowid filter on the scan), so the wide text columns are never sorted."""
+    narrow = ", ".join(f"r.{q(c)}" for c in dict.fromkeys([*identity_columns(spec), *order_terms(spec)]))
+    return (f"select * from raw.{q(spec.name)} where rowid in (select rowid from ("
+            f"select r.rowid, {narrow} from {scope}) {_window(spec)})")
 
 
 def _full(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, state: _State,
@@ -257,11 +266,8 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
         con.execute("begin transaction")
         try:
             con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}")
-            # Decide on the narrow columns, then fetch only the winners' rows (a rowid filter on the scan).
-            narrow = ", ".join(f"r.{q(c)}" for c in dict.fromkeys([*identity_columns(spec), *order_terms(spec)]))
-            con.execute(f"insert into {staging} select * from {raw} where rowid in (select rowid from ("
-                        f"select r.rowid, {narrow} from {raw} r semi join _stg_touched t "
-                        f"on {_same_identity(spec, 'r', 't')}) {_window(spec)})")
+            con.execute(f"insert into {staging} " + _winners(
+                spec, f"{raw} r semi join _stg_touched t on {_same_identity(spec, 'r', 't')}"))
             con.execute("commit")
         except BaseException:
             con.execute("rollback")

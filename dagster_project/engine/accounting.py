@@ -64,8 +64,8 @@ def ensure_raw_table(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> None:
     cols = ", ".join(f"{q(n)} {t}" for n, t in wanted)
     con.execute(f"create table if not exists {table} ({cols})")
     have = con.execute(
-        "select column_name from information_schema.columns "
-        "where table_schema = 'raw' and table_name = ? order by ordinal_position",
+        "select column_name from duckdb_columns() where database_name = current_database() "
+        "and schema_name = 'raw' and table_name = ? order by column_index",
         [spec.name],
     ).fetchall()
     if [c for (c,) in have] != [n for n, _ in wanted]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from dagster_project.settings import Settings
 from dagster_project import versions
 from transforms.localtime import resolve_folds
 from transforms.classify import build_sql, output_columns, q, strict_verdict
-from transforms.lines import Rejected
+from transforms.lines import BATCH_ROWS, Rejected
 from transforms.staging import log_tombstones
 from transforms.spec import SourceSpec
 
@@ -72,6 +73,7 @@ class Ingestor:
         self.out_cols = [n for n, _ in output_columns(spec)]
         self.bronze = bronze_mod.Bronze(settings, spec.name)
         self.results: dict[str, FileResult] = {}
+        self._bronze_pending: Future | None = None  # the bronze write of the batch being applied
 
     def run(self, full_refresh: bool = False) -> SourceReport:
         from dagster_project import privacy
@@ -140,6 +142,8 @@ class Ingestor:
         try:
             if real.suffix in SQLITE_SUFFIXES and self.spec.sqlite is not None:
                 units = sqlite.read(view, self.spec.sqlite, lambda ranges: self._sqlite_keys(path, ranges))
+            elif self.spec.format == "jsonl" and jsonl.unchanged(view):
+                units = []  # a jsonl_or_array file is always mapped: its first byte picks the reader
             else:
                 buf = jsonl.open_map(real)
                 try:
@@ -180,13 +184,26 @@ class Ingestor:
         return entry
 
     def _commit(self, batch: list[bronze_mod.Entry]) -> None:
-        """Bronze first (durable), then raw and accounting in one transaction."""
+        """Bronze first (durable), then raw and accounting in one transaction.
+
+        Hashing, compressing and fsyncing the bronze object runs on another thread while DuckDB
+        classifies the batch; the transaction commits only once bronze is durable, so raw never
+        holds a line bronze does not."""
         if batch:
             from dagster_project.privacy import scrub_batch
 
             scrub_batch(self.matcher, batch)  # erased subjects and expired records never reach bronze
-            self.bronze.write(batch)
-            self._apply(batch)
+            with ThreadPoolExecutor(1, thread_name_prefix="bronze") as pool:
+                self._bronze_pending = pool.submit(self.bronze.write, batch)
+                try:
+                    self._apply(batch)
+                finally:
+                    self._bronze_pending = None
+
+    def _bronze_durable(self) -> None:
+        """Wait for the batch being applied to be in bronze (raises what its write raised)."""
+        if self._bronze_pending is not None:
+            self._bronze_pending.result()
 
     def _replay(self, pending: list[bronze_mod.Entry]) -> None:
         batch, size = [], 0
@@ -262,6 +279,7 @@ class Ingestor:
             self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
                              [self.spec.name, batch[-1].seq])
             versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
+            self._bronze_durable()
             self.con.execute("commit")
         except BaseException:
             self.con.execute("rollback")
@@ -300,6 +318,11 @@ class Ingestor:
             if not parts:
                 return
             lines = pa.concat_tables(parts)
+            chunks = lines.column("text").num_chunks
+            if chunks > 1 and lines.num_rows < chunks * (BATCH_ROWS // 4):
+                # Thousands of small files are thousands of small Arrow chunks, and DuckDB pays the
+                # classification's per-chunk cost on each: one copy into full batches costs less.
+                lines = pa.Table.from_batches(lines.combine_chunks().to_batches(max_chunksize=BATCH_ROWS))
             self.con.register("_lines", lines)
             try:
                 self.con.execute(f"create or replace temp table _classified as {self.sql.sql}", self.sql.params)
@@ -331,8 +354,7 @@ class Ingestor:
                 f"insert into raw.{q(self.spec.name)} ({cols}, path, line_number, byte_offset, ingest_run_id, "
                 f"observed_seq, deleted_at_source) "
                 f"select {ccols}, u._u_path, c.line_number, c.byte_offset, u._u_run, u._u_seq, null "
-                "from _classified c join _units u on c.path = u.k where c.reason is null "
-                "order by u._u_seq, c.line_number")
+                "from _classified c join _units u on c.path = u.k where c.reason is null")
             self.con.execute(
                 "insert into ingest.quarantine by name "
                 "select $source as source, u._u_path as path, c.line_number, c.byte_offset, c.reason, c.detail, "

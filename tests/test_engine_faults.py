@@ -1,0 +1,137 @@
+"""The engine's fast paths keep its guarantees: bronze is durable before raw commits (it is
+written on another thread while DuckDB classifies), a lake's stored paths do not depend on how
+its files were found, and an unchanged file is not read past its last consumed block."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from conftest import dumps, ingest, interaction, rows, write_lines
+from dagster_project.engine import bronze_usage, discover, stored_path
+from dagster_project.engine.bronze import Bronze
+from dagster_project.sources import builtin_sources
+
+INTERACTIONS = "interactions/interactions_2026-02-26_0000000f.jsonl"
+
+
+def _run_dying(settings, patch: str) -> subprocess.CompletedProcess:
+    """Ingest interactions in a child process with ``patch`` applied first (it may kill -9)."""
+    return subprocess.run([sys.executable, "-c", f"""
+import os, sys
+sys.path.insert(0, {os.getcwd()!r}); sys.path.insert(0, {os.path.dirname(__file__)!r})
+from conftest import ingest
+from dagster_project.engine import bronze, engine
+from dagster_project.settings import Settings
+{patch}
+ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
+                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}}}), "crashed", sources=["interactions"])
+"""], capture_output=True, text=True)
+
+
+def test_killed_while_bronze_is_written_loses_nothing_and_counts_nothing_twice(settings):
+    write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(3)])
+    # the object is on disk, its manifest segment is not: raw must not have committed either
+    crash = _run_dying(settings, """
+real_write = bronze._atomic_write
+def die_before_segment(target, data):
+    if target.suffix == ".jsonl":
+        os.kill(os.getpid(), 9)
+    real_write(target, data)
+bronze._atomic_write = die_before_segment
+""")
+    assert crash.returncode == -9, crash.stderr
+    assert bronze_usage(settings)["objects"] == 1 and bronze_usage(settings)["segments"] == 0
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert reports["interactions"].replayed_entries == 0
+    assert reports["interactions"].files[0].event == "new"  # read again: bronze never named it
+    assert rows(con, "select count(*), count(distinct id), min(ingest_run_id) from raw.interactions") == [
+        (3, 3, "run-2")]
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(3, 3)]
+    assert [e.kind for e in Bronze(settings, "interactions").entries()] == ["span"]
+
+
+def test_a_failed_bronze_write_commits_nothing_to_raw(settings):
+    write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(3)])
+    failed = _run_dying(settings, """
+def full(self, entries):
+    raise OSError(28, "No space left on device")
+bronze.Bronze.write = full
+""")
+    assert failed.returncode == 1 and "No space left on device" in failed.stderr
+    assert bronze_usage(settings)["objects"] == 0
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert reports["interactions"].files[0].event == "new"
+    assert rows(con, "select count(*), min(ingest_run_id) from raw.interactions") == [(3, "run-2")]
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(3, 3)]
+
+
+def test_stored_paths_do_not_depend_on_links(settings, tmp_path):
+    """Discovery resolves each directory once; a linked file, a linked directory and a linked raw
+    root are stored under the same path ``stored_path`` gives each file on its own."""
+    spec = builtin_sources()["interactions"]
+    elsewhere = tmp_path / "elsewhere"
+    write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(1))])
+    write_lines(elsewhere / "interactions_2026-02-27_00000010.jsonl", [dumps(interaction(2))])
+    write_lines(elsewhere / "inner" / "interactions_2026-02-28_00000011.jsonl", [dumps(interaction(3))])
+    (settings.raw_dir / "interactions" / "interactions_2026-02-27_00000010.jsonl").symlink_to(
+        elsewhere / "interactions_2026-02-27_00000010.jsonl")
+    (settings.raw_dir / "interactions" / "interactions_2026-03-01_dangling.jsonl").symlink_to(elsewhere / "gone")
+    (settings.raw_dir / "linked").symlink_to(elsewhere / "inner")
+    linked_root = tmp_path / "root-link"
+    linked_root.symlink_to(settings.raw_dir)
+    spec = replace(spec, globs=(*spec.globs, "linked/*.jsonl"))
+
+    for root in (settings.raw_dir, linked_root):
+        found = discover(spec, root)
+        assert found == sorted((stored_path(real, root), real) for _, real in found)
+        assert [p for p, _ in found] == [
+            str(elsewhere / "inner" / "interactions_2026-02-28_00000011.jsonl"),
+            str(elsewhere / "interactions_2026-02-27_00000010.jsonl"),
+            INTERACTIONS,
+        ]
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_an_unchanged_file_is_not_mapped(settings, monkeypatch, deferred):
+    """A file whose size, mtime, inode and last consumed block are unchanged is skipped with one
+    small read; a partial last line due for sealing still maps it."""
+    from dagster_project.engine.readers import jsonl
+
+    path = write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(3)],
+                       newline_at_end=not deferred)
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    mapped, real_open = [], jsonl.open_map
+    monkeypatch.setattr(jsonl, "open_map", lambda real: mapped.append(real) or real_open(real))
+    later = os.path.getmtime(path) + settings.seal_after_seconds + 1
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con, now=later)
+    assert mapped == ([path] if deferred else [])
+    assert reports["interactions"].files[0].event == ("sealed" if deferred else "unchanged")
+    assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [
+        (3, 2 + (not deferred), int(deferred))]
+
+
+@pytest.mark.parametrize("lines", [1, 148, 200])  # 148 lines fit one tail block, 149 do not
+def test_recorded_tail_hash_is_the_last_consumed_block(settings, lines):
+    """For a file within one tail block the prefix hash is reused as the tail hash: both must be
+    the sha256 of the last consumed block, however the file was read (at once or appended to)."""
+    import hashlib
+
+    from dagster_project.engine.readers import TAIL_CHECK_BYTES
+
+    path = write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(lines)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    with path.open("ab") as fh:
+        fh.write(dumps(interaction(lines)).encode() + b"\n" + b'{"partial": ')
+    con, _ = ingest(settings, "run-2", sources=["interactions"], con=con)
+    data = path.read_bytes()
+    for entry, end in zip([e for e in Bronze(settings, "interactions").entries() if e.state],
+                          [len(data) - len(b'{"partial": ') - len(dumps(interaction(lines))) - 1,
+                           len(data) - len(b'{"partial": ')]):
+        assert entry.state["offset"] == end
+        assert entry.state["tail_sha"] == hashlib.sha256(data[max(0, end - TAIL_CHECK_BYTES):end]).hexdigest()
+        assert entry.state["prefix_sha"] == hashlib.sha256(data[:end]).hexdigest()

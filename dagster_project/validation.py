@@ -310,17 +310,17 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
         suspects = [(i, c) for i, c in checks if screened is None or screened[i] is None]
         if suspects:  # GX decides for every check some new row may offend
             results.update(_gx_on_frame(con, table, run_id, quoted, suspects, rows, now, where=where,
-                                        restate=lambda check, detail: _restate(con, quoted, check, detail, rows)))
+                                        restate=lambda check, detail: _restate(con, quoted, check, detail, rows, columns)))
         for i, check in checks:
             if i not in results:
-                detail = _restate(con, quoted, check, screened[i], rows)
+                detail = _restate(con, quoted, check, screened[i], rows, columns)
                 results[i] = _from_detail(check, detail["success"], detail, now)
     else:  # nothing new: the old rows passed and still pass
-        present = _any_non_null(con, quoted, [c for _, c in checks if c.kind != "not_null"])
+        present = _any_non_null(con, quoted, [c for _, c in checks if c.kind != "not_null"], columns)
         for i, check in checks:
             detail = _restate(con, quoted, check, {"unexpected_count": 0, "element_count": 0,
                                                    "unexpected_percent": 0.0 if present.get(check.name) else None},
-                              rows)
+                              rows, columns)
             results[i] = _from_detail(check, detail["success"], detail, now)
 
     if keep:
@@ -352,9 +352,7 @@ def _screen(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str]
     """
     select, counts = [], []
     for i, check in checks:
-        value = check.expr or _q(check.column)
-        if _norm_type(columns.get(check.column or "", "")) in ("DOUBLE", "FLOAT", "REAL"):
-            value = f"nullif({value}, 'nan'::double)"  # pandas reads NaN as missing
+        value = _value(check, columns)
         predicate, _ = _offending(check, now, v=f"__v{i}")
         select.append(f"{value} as __v{i}")
         counts.append(f"count(*) filter (where {predicate}), count(__v{i})")
@@ -374,13 +372,22 @@ def _screen(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str]
     return out
 
 
+def _value(check: Check, columns: dict[str, str] | None = None) -> str:
+    """The checked value in SQL, missing where pandas (so GX) reads it as missing: NULL and float NaN."""
+    value = check.expr or _q(check.column)
+    if columns and _norm_type(columns.get(check.column or "", "")) in ("DOUBLE", "FLOAT", "REAL"):
+        return f"nullif({value}, 'nan'::double)"
+    return value
+
+
 def _gx_version() -> str:
     from importlib.metadata import version
 
     return version("great_expectations")  # without importing GX (2 s)
 
 
-def _restate(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, detail: dict, rows: int) -> dict:
+def _restate(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, detail: dict, rows: int,
+             columns: dict[str, str] | None = None) -> dict:
     """A GX map result on the new rows, restated for the whole table (whose old rows all passed).
 
     GX's arithmetic (``expectation._format_map_output``): the percentage is of the non-null rows
@@ -392,10 +399,10 @@ def _restate(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, detail: 
     elif not unexpected and detail.get("unexpected_percent") is not None:
         nonnull = 1  # some new row is non-null; the exact count cannot change 0 %
     elif not unexpected:
-        nonnull = int(con.execute(f"select exists (select 1 from {quoted} where ({check.expr or _q(check.column)}) "
+        nonnull = int(con.execute(f"select exists (select 1 from {quoted} where ({_value(check, columns)}) "
                                   f"is not null)::int").fetchone()[0])
     else:
-        nonnull = int(con.execute(f"select count({check.expr or _q(check.column)}) from {quoted}").fetchone()[0])
+        nonnull = int(con.execute(f"select count({_value(check, columns)}) from {quoted}").fetchone()[0])
     success, counts = _map_outcome(rows, nonnull, unexpected, check.gx_mostly)
     return {**detail, **counts, "success": success}
 
@@ -427,12 +434,13 @@ def forget_baselines(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"drop table if exists {GROUP_KEYS}")
 
 
-def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Check]) -> dict[str, bool]:
+def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Check],
+                  columns: dict[str, str] | None = None) -> dict[str, bool]:
     """Per check: does any row hold a non-null checked value (GX's percentage is ``None`` if not)?"""
     if not checks:
         return {}
     found = con.execute("select " + ", ".join(
-        f"exists (select 1 from {quoted} where ({c.expr or _q(c.column)}) is not null)" for c in checks)).fetchone()
+        f"exists (select 1 from {quoted} where ({_value(c, columns)}) is not null)" for c in checks)).fetchone()
     return {c.name: bool(x) for c, x in zip(checks, found)}
 
 

@@ -3,16 +3,19 @@
 Validating a changed table costs what is new:
 
 * **Row-level** checks (not null, in set, between, not in the future, regex, roles: a row's
-  outcome depends on that row alone) run through GX on a narrow pandas frame of only the rows
-  not seen by the table's last clean validation: rows whose checked columns hash to a value
-  outside ``lineage.validated_rows``. Old rows passed then and still pass, so GX's counts on the
-  new rows are restated for the whole table (:func:`_restate`) and the result is exactly GX's on
-  every row. No baseline, a check that found offenders, an earlier run time or changed checks:
-  every row, then a new baseline (see :func:`_row_level`).
+  outcome depends on that row alone) look only at the rows not seen by the table's last clean
+  validation: rows whose checked columns hash to a value outside ``lineage.validated_rows``.
+  Those go through every check in one DuckDB query (:func:`_screen`); a check that one of them
+  may offend goes to GX on a narrow pandas frame of them, so a clean append never imports GX
+  and every failure is GX's verdict. Old rows passed then and still pass, so the counts on the
+  new rows are restated for the whole table (:func:`_restate`) and the result is exactly GX's
+  on every row. No baseline, a check that found offenders, an earlier run time or changed
+  checks: GX on every row, then a new baseline (see :func:`_row_level`).
 * **Table-level** checks (uniqueness, compound uniqueness, row count, KTO class balance, columns
   derived with window functions such as split leakage) look at every row, in DuckDB SQL (group by
   / having), reported in GX's terms (:func:`_table_level`; ``tests/test_validation_incremental.py``
-  compares both with GX). Schema checks read the DuckDB catalog.
+  compares both with GX). Split leakage reuses each prompt's stored group key
+  (:func:`_per_group`, ``lineage.validation_group_keys``). Schema checks read the DuckDB catalog.
 * Sample offending rows (≤ 5, with the table's key and provenance columns) are fetched from DuckDB
   for failed checks only, so GX never materialises unexpected-index lists.
 
@@ -111,7 +114,7 @@ class ValidationReport:
     validated_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     now: datetime | None = None
     seconds: float = 0.0
-    rows_examined: int | None = None  # rows GX looked at (fewer than ``rows`` when validated incrementally)
+    rows_examined: int | None = None  # rows the row-level checks looked at (the new ones when incremental)
 
     @property
     def success(self) -> bool:
@@ -270,11 +273,12 @@ BASELINE_SCHEME = "1"
 def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns: dict[str, str],
                checks: list[tuple[int, Check]], rows: int, run_id: str, now: datetime,
                incremental: bool) -> tuple[dict[int, CheckResult], int]:
-    """Row-level checks (not null, in set, between, regex, roles...): GX on the new rows only.
+    """Row-level checks (not null, in set, between, regex, roles...): only the new rows are looked at.
 
     A row's outcome depends on its own values alone, so a row whose checked columns hash to a
     row the previous validation saw, when that validation found no offender for any of these
-    checks, cannot offend now: GX looks only at the other rows (appended or replaced), and the
+    checks, cannot offend now: only the other rows (appended or replaced) are checked (SQL, then
+    GX for a check one of them may offend: :func:`_screen`), and the
     counts are restated for the whole table (old rows contribute no offender), so the result
     equals GX's on every row. The baseline is the set of 64-bit hashes of the checked columns of
     every row of the last clean validation (``lineage.validated_rows``) with a fingerprint of the
@@ -348,22 +352,30 @@ def _screen(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str]
     clean must be clean for GX too: the predicates are the ones that choose the samples and the
     dropped rows, and pandas' missing values (NULL, float NaN) are missing here too; SQL may
     be stricter (a regex's ``$`` before a final newline), which only sends the check to GX.
-    ``None`` when the query fails (e.g. a column of the wrong type): GX reports that.
+    ``None`` when the query fails (e.g. a column of the wrong type): GX reports that. A regex on
+    anything but text, or with a POSIX class (``[[:alpha:]]``: RE2 and Python's ``re`` read it
+    differently), always goes to GX.
     """
-    select, counts = [], []
+    select, counts, to_gx = [], [], set()
     for i, check in checks:
+        if check.kind == "regex" and (check.expr or _norm_type(columns.get(check.column, "")) != "VARCHAR"
+                                      or "[:" in (check.regex or "")):
+            to_gx.add(i)
+            continue
         value = _value(check, columns)
         predicate, _ = _offending(check, now, v=f"__v{i}")
         select.append(f"{value} as __v{i}")
         counts.append(f"count(*) filter (where {predicate}), count(__v{i})")
+    if not counts:
+        return {i: None for i in to_gx}
     try:
         found = con.execute(f"select count(*), {', '.join(counts)} from (select {', '.join(select)} "
                             f"from {quoted} where rowid in (select rid from _fw_new))").fetchone()
     except duckdb.Error:
         return None
     new = int(found[0])
-    out: dict[int, dict | None] = {}
-    for n, (i, check) in enumerate(checks):
+    out: dict[int, dict | None] = {i: None for i in to_gx}
+    for n, (i, check) in enumerate([(i, c) for i, c in checks if i not in to_gx]):
         unexpected, nonnull = int(found[1 + 2 * n]), int(found[2 + 2 * n])
         present = new if check.kind == "not_null" else nonnull
         out[i] = None if unexpected else {"element_count": new, "unexpected_count": 0,

@@ -307,14 +307,16 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
     examined = int(con.execute("select count(*) from _fw_new").fetchone()[0]) if use else rows
 
     results: dict[int, CheckResult] = {}
-    if not use:
+    if not incremental:  # the reference: GX on every row
         results.update(_gx_on_frame(con, table, run_id, quoted, checks, rows, now))
-    elif examined:
-        screened = _screen(con, quoted, columns, checks, now)
+    elif examined or not use:
+        scope = " where rowid in (select rid from _fw_new)" if use else ""
+        screened = _screen(con, quoted, columns, checks, now, scope)
         suspects = [(i, c) for i, c in checks if screened is None or screened[i] is None]
-        if suspects:  # GX decides for every check some new row may offend
-            results.update(_gx_on_frame(con, table, run_id, quoted, suspects, rows, now, where=where,
-                                        restate=lambda check, detail: _restate(con, quoted, check, detail, rows, columns)))
+        if suspects:  # GX decides for every check some row in scope may offend
+            results.update(_gx_on_frame(
+                con, table, run_id, quoted, suspects, rows, now, where=where,
+                restate=(lambda check, detail: _restate(con, quoted, check, detail, rows, columns)) if use else None))
         for i, check in checks:
             if i not in results:
                 detail = _restate(con, quoted, check, screened[i], rows, columns)
@@ -342,8 +344,9 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
 
 
 def _screen(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str],
-            checks: list[tuple[int, Check]], now: datetime) -> dict[int, dict | None] | None:
-    """The new rows (``_fw_new``) through every row-level check in one DuckDB query.
+            checks: list[tuple[int, Check]], now: datetime, scope: str = "") -> dict[int, dict | None] | None:
+    """The rows in ``scope`` (a where clause: the new rows, or every row when there is no
+    baseline) through every row-level check in one DuckDB query.
 
     Per check, GX's result on those rows when none offends (no unexpected value, the percentage
     0 or ``None`` when every value is missing), else ``None``: GX then looks at them. GX's fixed
@@ -370,7 +373,7 @@ def _screen(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str]
         return {i: None for i in to_gx}
     try:
         found = con.execute(f"select count(*), {', '.join(counts)} from (select {', '.join(select)} "
-                            f"from {quoted} where rowid in (select rid from _fw_new))").fetchone()
+                            f"from {quoted}{scope})").fetchone()
     except duckdb.Error:
         return None
     new = int(found[0])

@@ -355,13 +355,14 @@ def _screen(con: duckdb.DuckDBPyConnection, quoted: str, columns: dict[str, str]
     pandas frame costs more than the scan for a whole table (39 suites on the 100k lake: 2.3 s
     instead of 12.3 s), and when nothing offends its result carries nothing but these counts;
     where something may offend, GX earns its keep: its counts, unexpected values and semantics
-    are the report. A check SQL would call
-    clean must be clean for GX too: the predicates are the ones that choose the samples and the
-    dropped rows, and pandas' missing values (NULL, float NaN) are missing here too; SQL may
-    be stricter (a regex's ``$`` before a final newline), which only sends the check to GX.
-    ``None`` when the query fails (e.g. a column of the wrong type): GX reports that. A regex on
-    anything but text, or with a POSIX class (``[[:alpha:]]``: RE2 and Python's ``re`` read it
-    differently), always goes to GX.
+    are the report.
+
+    A check SQL calls clean must be clean for GX too: the predicates are the ones that choose
+    the samples and the dropped rows, and pandas' missing values (NULL, float NaN) are missing
+    here too. SQL may be stricter (a regex's ``$`` before a final newline), which only sends the
+    check to GX. A regex on anything but text, or with a POSIX class (``[[:alpha:]]``: RE2 and
+    Python's ``re`` read it differently), always goes to GX. ``None`` when the query fails (e.g.
+    a column of the wrong type): GX reports that.
     """
     select, counts, to_gx = [], [], set()
     for i, check in checks:

@@ -40,6 +40,9 @@ TABLES: dict[str, str] = {
                                     "(private: never published).",
     "lineage.validated_rows": "The 64-bit hash of the checked columns of every row of each baselined table: rows "
                               "not in it are the ones the next validation looks at (private: never published).",
+    "lineage.validation_group_keys": "Per table and group expression (split leakage's normalised prompt), the group "
+                                     "key of each content seen, so only new contents are normalised (private: "
+                                     "never published).",
     "lineage.table_versions": "Private (never published): one row per table a run writes: its content version "
                               "and, for built tables, the key of the inputs it was built from (dagster_project/versions.py).",
     "lineage.validated": "Private (never published): per table, the last validation: on which version, by which "
@@ -168,6 +171,10 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.validation_baselines.updated_at": "When the baseline was recorded (UTC).",
     "lineage.validated_rows.table_name": "The validated table (schema.table).",
     "lineage.validated_rows.row_hash": "DuckDB hash() of the row's checked columns.",
+    "lineage.validation_group_keys.table_name": "The validated table (schema.table).",
+    "lineage.validation_group_keys.group_expr": "sha256 of the group expression, the columns it reads and the DuckDB version.",
+    "lineage.validation_group_keys.content_hash": "DuckDB hash() of the columns the group expression reads.",
+    "lineage.validation_group_keys.group_hash": "DuckDB hash() of the group expression's value for that content.",
     "lineage.table_versions.table_name": "schema.table in the state database.",
     "lineage.table_versions.version": "Changes whenever the content may have changed (built tables: the input key).",
     "lineage.table_versions.epoch": "Changes only when the table was rebuilt rather than appended to.",

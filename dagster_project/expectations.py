@@ -132,6 +132,9 @@ class Check:
     sample_exprs: tuple[tuple[str, str], ...] = ()
     sample_order: tuple[str, ...] = ()  # SQL expressions over the table ordering the samples
     action: str = ""  # warn | drop | fail (default: fail if blocking else warn)
+    # ``expr`` is count(distinct counted) over (partition by group_by): (group_by, the columns it
+    # reads, counted). Lets validation keep each content's group key instead of recomputing it.
+    per_group: tuple[str, tuple[str, ...], str] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in EXPECTATION_TYPES:
@@ -272,11 +275,18 @@ def conversation(column: str, *, last_role: str, roles: tuple[str, ...]) -> list
     ]
 
 
+def distinct_per_group(name: str, column: str, counted: str, group_by: str, group_needs: tuple[str, ...],
+                       **kw) -> Check:
+    """How many distinct ``counted`` values a row's group (rows with the same ``group_by``) holds,
+    as a ``between`` check on every row (``max_value=1``: one per group)."""
+    return Check(name, "between", column, expr=f"count(distinct {counted}) over (partition by {group_by})",
+                 needs=(*group_needs, counted), per_group=(group_by, tuple(group_needs), counted), **kw)
+
+
 USER_TEXT = "fwq_norm(list_filter(prompt, lambda m: m.role = 'user')[-1].content)"
 
-NO_SPLIT_LEAK = Check(
-    "no normalised prompt in both splits", "between", "prompt__splits",
-    expr=f"count(distinct split) over (partition by {USER_TEXT})", needs=("prompt", "split"),
+NO_SPLIT_LEAK = distinct_per_group(
+    "no normalised prompt in both splits", "prompt__splits", "split", USER_TEXT, ("prompt",),
     max_value=1, sample_order=(USER_TEXT, "split"),
     sample_exprs=(("normalised_prompt", USER_TEXT), ("split", "split")),
 )

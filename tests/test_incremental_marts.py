@@ -196,3 +196,62 @@ def test_training_follows_several_label_builds_and_a_stale_staging():
     build_labels(con)
     build_training_sets(con, pseudonym_key=KEY, as_of=AS_OF)
     assert_equals_whole_build(lake)
+
+
+# Hot capped groups (sql/exports/dpo_settled_groups.sql): many answers to one prompt, so a cap
+# of 1-2 pairs is full, and appends of answers later than, as late as, or earlier than the
+# kept pairs, besides relabels of members.
+hot_op = st.tuples(
+    st.just("interaction"), st.integers(0, 11), st.sampled_from(["parse json", "parse\u00a0 json"]),
+    st.just(""), st.sampled_from(["A", "B", "C", "D"]), st.sampled_from(LABELS), st.booleans(),
+    st.integers(0, 59))
+HOT_SEED = [("interaction", i, "parse json", "", "ABCD"[i % 4], "positive" if i % 2 else "negative", True, 10 + i)
+            for i in range(6)]
+
+
+@pytest.mark.slow
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=st.lists(st.lists(st.one_of(hot_op, hot_op, feedback_op), min_size=1, max_size=5),
+                        min_size=1, max_size=4),
+       max_pairs=st.sampled_from([1, 2, 3]))
+def test_hot_capped_groups_incremental_equals_whole(history, max_pairs):
+    lake = Lake()
+    kw = {"dpo_max_pairs": max_pairs, "eval_fraction": 0.5}
+    run_history(lake, [HOT_SEED, *history], **kw)
+    assert_equals_whole_build(lake, **kw)
+
+
+def _hot_group(lake: Lake, minute: int, label: str = "positive", i: int = 9) -> list[tuple]:
+    run_history(lake, [HOT_SEED, [("interaction", i, "parse json", "", "C", label, True, minute)]],
+                dpo_max_pairs=2)
+    return lake.con.execute("select * from exports.dpo order by all").fetchall()
+
+
+def test_a_full_group_gaining_only_later_answers_is_not_recomputed():
+    seeded = Lake()
+    run_history(seeded, [HOT_SEED], dpo_max_pairs=2)
+    before = seeded.con.execute("select * from exports.dpo order by all").fetchall()
+    latest = seeded.con.execute("select max(pair_timestamp) from exports.dpo").fetchone()[0]
+    assert len(before) == 2 and latest.minute == 12
+    lake = Lake()
+    assert _hot_group(lake, 30) == before
+    # the group was left out of the recomputation: none of its members was read
+    assert lake.con.execute("select count(*) from fw_touched_groups").fetchone()[0] == 0
+    assert lake.con.execute("select count(*) from fw_interactions").fetchone()[0] == 1
+    assert_equals_whole_build(lake, dpo_max_pairs=2)
+
+
+@pytest.mark.parametrize("minute", [12, 11])  # as late as the latest kept pair, earlier
+def test_a_full_group_gaining_an_answer_not_strictly_later_is_recomputed(minute):
+    lake = Lake()
+    pairs = _hot_group(lake, minute)
+    assert lake.con.execute("select count(distinct key) from fw_touched_groups").fetchone()[0] == 1
+    assert len(pairs) == 2
+    assert_equals_whole_build(lake, dpo_max_pairs=2)
+
+
+def test_a_relabelled_member_of_a_full_group_recomputes_it():
+    lake = Lake()
+    run_history(lake, [HOT_SEED, [("feedback", 1, "negative", 50, False)]], dpo_max_pairs=2)
+    assert lake.con.execute("select count(distinct key) from fw_touched_groups").fetchone()[0] == 1
+    assert_equals_whole_build(lake, dpo_max_pairs=2)

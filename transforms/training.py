@@ -9,7 +9,9 @@ pseudonyms in ``transforms.pseudonyms``.
 
 Incremental (``transforms.delta``): the interactions the labels builds since this builder's
 last build re-decided (``lineage.label_changes``) are the touched ones: their sft/kto rows are
-deleted and recomputed, and so are the DPO groups they were or are in; weighted examples whose
+deleted and recomputed, and so are the DPO groups they were or are in (except capped groups
+that only gained answers later than their kept pairs: ``sql/exports/dpo_settled_groups.sql``
+proves those unchanged); weighted examples whose
 staging row changed are recomputed in kto and weighted. The costly per-interaction values
 (normalised-prompt hashes, pseudonym) live in ``lineage.prompt_keys`` and are computed once per
 interaction version. A change of settings (split fraction, pair cap, key, retention with the
@@ -26,7 +28,8 @@ import duckdb
 
 from transforms import delta, pseudonyms, text
 from transforms.labels import (as_date, build_labels, check_days, insert_sql, label_changes_since,
-                               latest_label_build, run_sql, table_exists)
+                               latest_label_build, run_sql, sql_params, table_exists)
+from transforms.sqlfiles import sql_text
 
 DEFAULT_EVAL_FRACTION = 0.05
 DEFAULT_DPO_MAX_PAIRS = 16
@@ -89,7 +92,7 @@ def build_training_sets(
     key = delta.settings_key(
         "training", {k: v for k, v in params.items() if k != "as_of"}, params["as_of"] if dated else None,
         con.execute("select fw_pseudonym('flywheel-watermark')").fetchone()[0],
-        sql=("exports/prompt_keys", *(f"exports/{name}" for name in EXPORTS)))
+        sql=("exports/prompt_keys", "exports/dpo_settled_groups", *(f"exports/{name}" for name in EXPORTS)))
     state = delta.load(con, "training", key) if incremental else None
     labels_now = latest_label_build(con)
     changes = label_changes_since(con, state and state.get("labels"))
@@ -152,12 +155,16 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     _drop_fw_interactions(con)
     con.execute(f"create temp table fw_interactions as select * from staging.interactions where id {touched}")
     # a touched interaction's DPO groups: the one it was in and the one it is in now
-    con.execute(f"create or replace temp table fw_touched_groups as "
-                f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
+    delta.temp_keys(con, "fw_left_groups", f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
     con.execute(f"delete from {PROMPT_KEYS} where id {touched}")
     part = {**params, "all": False}
     insert_sql(con, "exports/prompt_keys", part, table=PROMPT_KEYS)
+    con.execute("create or replace temp table fw_touched_groups as select key from fw_left_groups")
     con.execute(f"insert into fw_touched_groups select prompt_group from {PROMPT_KEYS} where id {touched}")
+    if params["max_pairs"] is not None:
+        # capped groups that only gained later answers keep their pairs: not read, not rewritten
+        con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
+                    sql_params("exports/dpo_settled_groups", params))
     con.execute(f"""insert into fw_interactions select * from staging.interactions where id in (
         select id from {PROMPT_KEYS} where prompt_group in (select key from fw_touched_groups)
         and id not {touched})""")

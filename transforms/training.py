@@ -153,7 +153,8 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     # Staging is read twice, not once per table: the touched rows, then the other members of
     # their DPO groups (the SQL reads fw_interactions).
     _drop_fw_interactions(con)
-    con.execute(f"create temp table fw_interactions as select * from staging.interactions where id {touched}")
+    con.execute("create temp table fw_interactions as select * from staging.interactions limit 0")
+    _fetch_interactions(con, "select key from fw_touched_interactions")
     # a touched interaction's DPO groups: the one it was in and the one it is in now
     delta.temp_keys(con, "fw_left_groups", f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
     con.execute(f"delete from {PROMPT_KEYS} where id {touched}")
@@ -165,9 +166,8 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
                     sql_params("exports/dpo_settled_groups", params))
-    con.execute(f"""insert into fw_interactions select * from staging.interactions where id in (
-        select id from {PROMPT_KEYS} where prompt_group in (select key from fw_touched_groups)
-        and id not {touched})""")
+    _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
+                             f"(select key from fw_touched_groups) and id not {touched}")
     con.execute(f"delete from exports.sft where interaction_id {touched}")
     con.execute(f"delete from exports.kto where (origin = 'interaction' and example_id {touched}) "
                 f"or (origin <> 'interaction' and example_id {weighted})")
@@ -178,6 +178,15 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
                 f"from staging.weighted_examples as w where content_hash {weighted}")
+
+
+def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str) -> None:
+    """Append to ``fw_interactions`` the staging rows whose id ``ids`` selects. The ids are matched
+    on the id column alone and the rows fetched by rowid: a semi join would read every column
+    (the texts) of every staging row, a cost that grows with the lake, not with what is new."""
+    rowids = [r[0] for r in con.execute(f"select rowid from staging.interactions where id in ({ids})").fetchall()]
+    con.execute("insert into fw_interactions select * from staging.interactions where rowid = any($rowids)",
+                {"rowids": rowids})
 
 
 def kto_balance(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

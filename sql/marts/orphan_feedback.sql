@@ -13,8 +13,11 @@ with events as (
         byte_offset,
         line_number
     from raw.feedback
-    where record_id not in (select id from staging.interactions where id is not null)
-        and ($all or record_id in (select key from fw_touched_interactions))
+    where ($all or record_id in (select key from fw_touched_interactions))
+        -- an incremental build looks up only the touched ids in staging (the records it keeps
+        -- are touched ones), not a hash table of every interaction id
+        and record_id not in (select id from staging.interactions where id is not null
+            and ($all or id in (select key from fw_touched_interactions)))
 )
 
 select

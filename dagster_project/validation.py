@@ -1095,6 +1095,10 @@ def carry_exclusions(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str,
             or not any(c.action == "drop" for c in suite):
         return 0
     ensure_excluded_table(con)
+    # the usual case, nothing excluded before: no look-up of every row key of the table
+    if not con.execute("select count(*) from ingest.excluded where run_id = ? and table_name = ?",
+                       [previous_run, table]).fetchone()[0]:
+        return 0
     return int(con.execute(
         f"""insert into ingest.excluded
         select * replace ($run as run_id) from ingest.excluded as p

@@ -7,7 +7,7 @@ become current every view must bind and every file it lists must be there with t
 manifest records: a view that does not read fails the publish, not the analyst. Row counts are
 not read back: each file's Parquet footer was checked against its rows when it was written
 (``parquet.verify_written``) and objects are immutable, so reading every footer again per publish
-would cost what the lake holds, not what is new. ``verify_warehouse`` (``flywheel verify``) still
+would cost what the lake holds, not what is new. ``verify_warehouse`` (``verify_snapshot``) still
 reads every view.
 """
 

@@ -702,3 +702,28 @@ def test_a_linked_file_whose_size_is_not_the_manifests_fails_the_publish(tmp_pat
     with pytest.raises(RuntimeError, match=r"view exports.sft does not read \(.*train-2026-01.parquet has 100 bytes"):
         publish(state, tmp_path, "second", hook=truncate_a_file)
     assert current_version(tmp_path / "exports") == first.version
+
+
+def test_scrubbing_kept_snapshots_reaches_every_snapshot_linking_a_shared_object(tmp_path):
+    from dagster_project.privacy import scrub_snapshots
+
+    state = toy_state(tmp_path / "state.duckdb", months=3, per_month=20)
+    first = publish(state, tmp_path, "first")
+    append_month(state, 5)
+    second = publish(state, tmp_path, "second")
+    exports = tmp_path / "exports"
+    shared = {f["object"] for f in first.manifest["datasets"]["training/sft"]["files"]} & \
+        {f["object"] for f in second.manifest["datasets"]["training/sft"]["files"]}
+    assert len(shared) >= 2  # the old months are linked by both snapshots
+
+    def only_sft(where):
+        return lambda table, columns: where if table == "exports.sft" else None
+
+    assert scrub_snapshots(exports, only_sft("interaction_id = 'nobody'")) == (0, 0)
+    assert scrub_snapshots(exports, only_sft("interaction_id in ('i000000', 'i000001')")) == (4, 2)
+    for version in (first.version, second.version):
+        manifest = verify_snapshot(exports, version)
+        assert manifest["datasets"]["training/sft"]["rows"] == {first.version: 58, second.version: 63}[version]
+        ids = duckdb.connect().execute("select count(*) from read_parquet(?) where interaction_id like 'i00000_'",
+                                       [str(exports / SNAPSHOTS / version / "training" / "sft" / "*.parquet")]).fetchone()
+        assert ids == (8,)  # i000002..i000009 stay

@@ -60,8 +60,23 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
         con.execute("checkpoint")
     finally:
         con.close()
+    _check_opens(path, len(views))
     fsync_file(path)
     return path.stat().st_size
+
+
+def _check_opens(path: Path, views: int) -> None:
+    """The file opens as an analyst opens it (read-only) and lists every view: no view is read."""
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            got = con.execute("select count(*) from duckdb_views() where not internal").fetchone()[0]
+        finally:
+            con.close()
+    except duckdb.Error as exc:
+        raise RuntimeError(f"{path}: the warehouse does not open ({exc}); not publishing") from exc
+    if got != views:
+        raise RuntimeError(f"{path}: the warehouse lists {got} views, expected {views}; not publishing")
 
 
 def _check_files(path: Path, table: str, files: list[tuple[Path, int]]) -> None:

@@ -314,6 +314,9 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
     if not snaps.exists():
         return 0, 0
     removed = touched = 0
+    # Kept snapshots hard-link the same immutable objects: an object with no matching row is read
+    # once per call, not once per snapshot linking it (retention runs this every run).
+    clean: set[tuple[str, str]] = set()
     con = duckdb.connect()
     with _locked(snaps / ".lock"):
         for version in _versions(snaps):
@@ -327,9 +330,12 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
                 if not where:
                     continue
                 for f in entry["files"]:
+                    if (f["object"], where) in clean:
+                        continue
                     file = snaps / version / path / f["name"]
                     n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
                     if not n:
+                        clean.add((f["object"], where))
                         continue
                     tmp = snaps / OBJECTS / f".tmp-erase-{os.getpid()}.parquet"
                     con.execute(f"copy (select * from read_parquet({lit(file)}) where not coalesce({where}, false)) "

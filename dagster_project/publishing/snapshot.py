@@ -15,7 +15,7 @@ Layout under ``FLYWHEEL_EXPORT_DIR``::
 and ``FLYWHEEL_WAREHOUSE`` is a symlink to ``<export dir>/current/warehouse.duckdb``.
 
 A snapshot directory is built completely (objects written or reused, links, warehouse, every
-view read once, manifest, fsync) before ``current`` is replaced: a kill, ENOSPC or error at any
+view bound and its files checked, manifest, fsync) before ``current`` is replaced: a kill, ENOSPC or error at any
 point leaves the previous snapshot current. Snapshots newer than ``current`` are leftovers of
 runs that never committed; the next publish removes them. A run whose every table hashes as in
 the current snapshot publishes nothing (``status="unchanged"``). Run-log tables (``ingest.runs``,
@@ -262,7 +262,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
         target.mkdir(parents=True)
         for part in planned.parts:
             _link(objects / f"{part.key}.parquet", target / part.name)
-        views[planned.dataset.table] = ([target / p.name for p in planned.parts], planned.rows)
+        views[planned.dataset.table] = [(target / p.name, p.bytes) for p in planned.parts]
         directories.append(target)
     # The links must be durable before the commit, not before the warehouse is built: one pass.
     fsync_all(directories)
@@ -371,24 +371,33 @@ def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> Non
     """Blocking: no text column of a shared dataset holds a raw session/user id from staging.
 
     Only partitions being written are read: a reused object passed this check when it was made.
+    The new rows' distinct text values are looked up in staging's id columns (a semi-join), not
+    staging's every id collected first: that set grows with the lake, the new rows with the run.
+    Columns are counted one by one only when some value matched, to name them.
     """
     id_columns = con.execute(
         "select table_name, column_name from duckdb_columns() where database_name = current_database() "
         "and schema_name = 'staging' and data_type = 'VARCHAR' and regexp_matches(column_name, ?)",
         [ID_COLUMN]).fetchall()
-    if not id_columns:
+    checked = []
+    for path, planned in plans.items():
+        new = [p.name[:-len(".parquet")] for p in planned.parts if not p.reused and p.rows]
+        text = [c["name"] for c in planned.columns if c["type"] == "VARCHAR"]
+        if planned.dataset.shared and new and text:
+            checked.append((path, planned, text, f"{planned.part_sql} in ({', '.join(lit(n) for n in new)})"))
+    if not id_columns or not checked:
         return
-    union = " union ".join(f"select {q(c)} as v from staging.{q(t)}" for t, c in id_columns)
-    con.execute(f"create or replace temp table __fw_raw_ids as select distinct v from ({union}) "
-                "where v is not null and v <> ''")
+    candidates = " union ".join(
+        f"select unnest([{', '.join(q(c) for c in text)}]) as v from ({planned.dataset.select}) where {where}"
+        for _, planned, text, where in checked)
+    union = " union all ".join(f"select {q(c)} as v from staging.{q(t)}" for t, c in id_columns)
+    con.execute(f"create or replace temp table __fw_raw_ids as with new as ({candidates}) "
+                f"select distinct v from ({union}) where v <> '' and v in (select v from new)")
     try:
+        if not con.execute("select count(*) from __fw_raw_ids").fetchone()[0]:
+            return
         problems = []
-        for path, planned in plans.items():
-            new = [p.name[:-len(".parquet")] for p in planned.parts if not p.reused and p.rows]
-            text = [c["name"] for c in planned.columns if c["type"] == "VARCHAR"]
-            if not planned.dataset.shared or not new or not text:
-                continue
-            where = f"{planned.part_sql} in ({', '.join(lit(n) for n in new)})"
+        for path, planned, text, where in checked:
             counts = con.execute(
                 "select " + ", ".join(f"count(*) filter (where {q(c)} in (select v from __fw_raw_ids))" for c in text)
                 + f" from ({planned.dataset.select}) where {where}").fetchone()

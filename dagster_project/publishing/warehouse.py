@@ -2,9 +2,13 @@
 
 Views name the snapshot's files by absolute path, so a connection keeps reading the snapshot it
 opened even after newer ones are published (until retention deletes it). Each table's and
-column's ``COMMENT`` in the state database is carried over to its view. Every view is read once
-before the snapshot can become current: a view that does not read fails the publish, not the
-analyst.
+column's ``COMMENT`` in the state database is carried over to its view. Before the snapshot can
+become current every view must bind and every file it lists must be there with the size the
+manifest records: a view that does not read fails the publish, not the analyst. Row counts are
+not read back: each file's Parquet footer was checked against its rows when it was written
+(``parquet.verify_written``) and objects are immutable, so reading every footer again per publish
+would cost what the lake holds, not what is new. ``verify_warehouse`` (``verify_snapshot``) still
+reads every view.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from dagster_project.catalog import column_comment
 from dagster_project.publishing.parquet import fsync_file, lit, q
 
 
-def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[str, tuple[list[Path], int]]) -> int:
-    """Write ``path`` with one view per ``schema.table`` -> (files, expected rows); returns bytes."""
+def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[str, list[tuple[Path, int]]]) -> int:
+    """Write ``path`` with one view per ``schema.table`` -> its (file, bytes) list; returns bytes."""
     comments = _comments(state)
     path.unlink(missing_ok=True)
     resolved: dict[Path, Path] = {}  # one realpath per directory, not per file
@@ -33,14 +37,18 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
         # One transaction, a view's comments in one call: ~600 COMMENT statements each committed
         # alone cost 1.6 ms apiece, most of an incremental publish.
         con.execute("begin transaction")
-        for table, (files, _) in sorted(views.items()):
+        for table, files in sorted(views.items()):
             schema, name = table.split(".", 1)
             con.execute(f"create schema if not exists {q(schema)}")
-            listing = "[" + ", ".join(lit(absolute(f)) for f in files) + "]"
+            _check_files(path, table, files)
+            listing = "[" + ", ".join(lit(absolute(f)) for f, _ in files) + "]"
             con.execute(f"create view {q(schema)}.{q(name)} as select * from read_parquet({listing})")
             table_comment, column_comments = comments.get(table, (None, {}))
             statements = [f"comment on view {q(schema)}.{q(name)} is {lit(table_comment)}"] if table_comment else []
-            present = {r[0] for r in con.execute(f"describe {q(schema)}.{q(name)}").fetchall()}
+            try:  # binds the view: its files' schema is read
+                present = {r[0] for r in con.execute(f"describe {q(schema)}.{q(name)}").fetchall()}
+            except duckdb.Error as exc:
+                raise RuntimeError(f"{path}: view {table} does not read ({exc}); not publishing") from exc
             for column in sorted(present):
                 # a pseudonymised column is renamed in the published data: describe it by its new name
                 text = column_comments.get(column) or column_comment(schema, name, column, {})
@@ -52,9 +60,35 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
         con.execute("checkpoint")
     finally:
         con.close()
-    verify_warehouse(path, {t: rows for t, (_, rows) in views.items()})
+    _check_opens(path, len(views))
     fsync_file(path)
     return path.stat().st_size
+
+
+def _check_opens(path: Path, views: int) -> None:
+    """The file opens as an analyst opens it (read-only) and lists every view: no view is read."""
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            got = con.execute("select count(*) from duckdb_views() where not internal").fetchone()[0]
+        finally:
+            con.close()
+    except duckdb.Error as exc:
+        raise RuntimeError(f"{path}: the warehouse does not open ({exc}); not publishing") from exc
+    if got != views:
+        raise RuntimeError(f"{path}: the warehouse lists {got} views, expected {views}; not publishing")
+
+
+def _check_files(path: Path, table: str, files: list[tuple[Path, int]]) -> None:
+    for file, size in files:
+        try:
+            got = file.stat().st_size
+        except OSError as exc:
+            raise RuntimeError(f"{path}: view {table} does not read ({file} is missing: {exc.strerror}); "
+                               "not publishing") from exc
+        if got != size:
+            raise RuntimeError(f"{path}: view {table} does not read ({file} has {got} bytes, the manifest "
+                               f"{size}); not publishing")
 
 
 def verify_warehouse(path: Path, expected: dict[str, int]) -> None:

@@ -81,9 +81,12 @@ def gx_checks(tables: Iterable[str]) -> list[dg.AssetCheckSpec]:
             for table in tables if table in SUITES]
 
 
-def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_id: str) -> list[dg.AssetCheckResult]:
+def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_id: str,
+                     row_scopes: dict[str, str] | None = None) -> list[dg.AssetCheckResult]:
     """Validate each table with a suite, or reuse the result of its last validation when the table
-    is the version that validation ran on (same suite code; a failure only the same day)."""
+    is the version that validation ran on (same suite code; a failure only the same day).
+    ``row_scopes``: table -> a predicate true of every row added since its last clean validation
+    (``validate_table``'s ``row_scope``; see ``baseline_covers``)."""
     results = []
     today = datetime.now(timezone.utc).date()
     for table in tables:
@@ -94,7 +97,7 @@ def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_
         if reused is not None:
             passed, result, validated_by = reused
         else:
-            report = validate_table(con, table, run_id=run_id)
+            report = validate_table(con, table, run_id=run_id, row_scope=(row_scopes or {}).get(table))
             record_validations(con, report)
             passed, result, validated_by = report.success, {**_check_summary(report), "validated_on": str(today)}, None
             versions.record_validation(con, table, key, run_id, passed, result)
@@ -106,6 +109,24 @@ def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_
                       "failed": dg.MetadataValue.md(result.get("failed", "none")),
                       "reused_from_run": validated_by or ""}))
     return results
+
+
+def baseline_covers(con: duckdb.DuckDBPyConnection, table: str, version: versions.Version | None) -> bool:
+    """The table's row baseline (``lineage.validated_rows``) holds every row of ``version``: the
+    last validation ran on that version, passed, and stored the baseline (a clean validation of
+    it; one that found nothing new keeps the older baseline's run, so this is conservative).
+    Then rows added since are the only ones a ``row_scope`` must cover."""
+    if version is None:
+        return False
+    try:
+        found = con.execute(
+            "select count(*) from lineage.validated v join lineage.validation_baselines b "
+            "on b.table_name = v.table_name and b.run_id = v.run_id "
+            "where v.table_name = ? and v.validation_key = ? and v.passed",
+            [table, versions.key(versions.code(), version.version)]).fetchone()[0]
+    except duckdb.CatalogException:  # never validated here
+        return False
+    return bool(found)
 
 
 def _check_summary(report) -> dict:

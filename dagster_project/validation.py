@@ -196,7 +196,7 @@ def enforce(report: ValidationReport) -> ValidationReport:
 
 def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now: datetime | None = None,
                    db_path: str | None = None, checks: list[Check] | None = None,
-                   incremental: bool = True) -> ValidationReport:
+                   incremental: bool = True, row_scope: str | None = None) -> ValidationReport:
     """Validate ``schema.table`` with its suite (or ``checks``); never raises for failed checks.
 
     ``now`` is the run time "not in the future" compares with (default: the current time;
@@ -204,6 +204,9 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
     but unused: the frame is built through ``con`` (see the module docstring).
     ``incremental=False`` ignores the table's baseline and has GX look at every row (the result is
     the same; see :func:`_row_level`).
+    ``row_scope``: a predicate over the table (alias ``base``) that every row added since the
+    table's last clean validation satisfies (the caller's guarantee, e.g. the identities an
+    incremental staging step re-decided): with a baseline, only those rows are hashed.
     """
     started = time.perf_counter()
     now = _utc(now or datetime.now(timezone.utc))
@@ -243,7 +246,8 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
         results.update(_gx_on_frame(con, table, run_id, quoted, whole_checks, rows, now))
         examined = rows
     if row_checks:
-        found, examined_rows = _row_level(con, table, quoted, columns, row_checks, rows, run_id, now, incremental)
+        found, examined_rows = _row_level(con, table, quoted, columns, row_checks, rows, run_id, now, incremental,
+                                          row_scope)
         results.update(found)
         examined = max(examined, examined_rows)
 
@@ -273,7 +277,7 @@ BASELINE_SCHEME = "1"
 
 def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns: dict[str, str],
                checks: list[tuple[int, Check]], rows: int, run_id: str, now: datetime,
-               incremental: bool) -> tuple[dict[int, CheckResult], int]:
+               incremental: bool, row_scope: str | None = None) -> tuple[dict[int, CheckResult], int]:
     """Row-level checks (not null, in set, between, regex, roles...): only the new rows are looked at.
 
     A row's outcome depends on its own values alone, so a row whose checked columns hash to a
@@ -298,9 +302,13 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
     baseline = _baseline(con, table) if keep and incremental else None
     use = baseline is not None and baseline[0] == fingerprint and baseline[1] <= now
     where = ""
+    every_row = (f"create or replace temp table _fw_rows as select rowid as rid, "
+                 f"hash({', '.join(_q(c) for c in needed)}) as h from {quoted} base")
+    # Rows outside the caller's scope were in the table the baseline was taken of: only the
+    # scope can hold new rows, so hashing every row (the cost that grows with the table) is spared.
+    scoped = use and row_scope is not None
     if keep:
-        con.execute(f"create or replace temp table _fw_rows as select rowid as rid, "
-                    f"hash({', '.join(_q(c) for c in needed)}) as h from {quoted}")
+        con.execute(every_row + (f" where {row_scope}" if scoped else ""))
     if use:
         con.execute(f"create or replace temp table _fw_new as select rid from _fw_rows anti join "
                     f"(select row_hash from {VALIDATED_ROWS} where table_name = ?) v on h = v.row_hash", [table])
@@ -337,7 +345,8 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
         elif not use:
             _store_baseline(con, table, fingerprint, now, run_id)
         elif examined:
-            _store_baseline(con, table, fingerprint, now, run_id, add_only=True, rows=rows)
+            _store_baseline(con, table, fingerprint, now, run_id, add_only=True, rows=rows,
+                            every_row=every_row if scoped else None)
         # else: nothing new, the baseline still holds (as of its own, earlier run time)
         con.execute("drop table if exists _fw_new")
         con.execute("drop table if exists _fw_rows")
@@ -479,12 +488,13 @@ def _baseline(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, datetime
 
 
 def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str | None, now: datetime,
-                    run_id: str, *, add_only: bool = False, rows: int = 0) -> None:
+                    run_id: str, *, add_only: bool = False, rows: int = 0, every_row: str | None = None) -> None:
     """Record the hashes of ``_fw_rows`` as validated at ``now`` (``fingerprint`` None: forget them).
 
     ``add_only``: only the new rows' hashes (``_fw_new``) are added. A hash left by a row since
     deleted is still sound (that content passed), so the set is rewritten only when such hashes
-    outnumber the table's rows. No transaction of its own (the caller may hold one): the
+    outnumber the table's rows (``every_row``: how to hash every row when ``_fw_rows`` holds a
+    scope only). No transaction of its own (the caller may hold one): the
     baseline's row is deleted first and inserted last, so an interruption anywhere leaves no
     baseline (the next validation looks at every row), never one that claims too much.
     """
@@ -501,6 +511,8 @@ def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str
     if not add_only or stored > 2 * rows + 1000:
         con.execute(f"delete from {VALIDATED_ROWS} where table_name = ?", [table])
         if fingerprint is not None:
+            if every_row is not None:
+                con.execute(every_row)
             con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows", [table])
     if fingerprint is not None:
         hashes = con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?", [table]).fetchone()[0]

@@ -19,6 +19,8 @@ from functools import cache
 import numpy as np
 import pyarrow as pa
 
+from transforms import arrowcols
+
 BOM = b"\xef\xbb\xbf"
 BATCH_ROWS = 16_384
 SCAN_BYTES = 64 * 1024 * 1024
@@ -121,11 +123,11 @@ def split_lines(
             )
         )
 
-    numbers, offsets = pa.array(line_numbers), pa.array(byte_offsets)
+    numbers, offsets = arrowcols.ints(line_numbers), arrowcols.ints(byte_offsets)
     if keep.all():
         table = pa.Table.from_arrays([numbers, offsets, strings], schema=LINES_SCHEMA)
     else:
-        mask = pa.array(keep)
+        mask = arrowcols.bools(keep)
         kept = strings.filter(mask) if strings is not None else texts.filter(mask).cast(pa.large_string())
         table = pa.Table.from_arrays([numbers.filter(mask), offsets.filter(mask), kept], schema=LINES_SCHEMA)
     # Record batches let DuckDB's Arrow scan spread the JSON work over every core.

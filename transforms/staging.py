@@ -78,6 +78,11 @@ class StagingResult:
     redecided: int  # identities re-decided (full: every identity in staging before drops)
     reason: str  # why full, or what incremental covered
     drops: Any = None  # the drop step's report (validation.DropReport), None without one
+    # incremental: a predicate over staging (alias ``base``) true of every row this step added, and
+    # how many rows that is; validation hashes only those rows (``added_rows_in_scope``). None
+    # after a rebuild: every row is new.
+    scope: str | None = None
+    added: int = 0
 
 
 DropStep = Callable[..., Any]  # validation.apply_drops: (con, table, *, run_id, now, scope) -> DropReport
@@ -262,12 +267,16 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     con.execute("create or replace temp table _stg_touched as " + " union ".join(touched),
                 {"since": since, **({"source": spec.name} if flagged else {})})
     redecided = con.execute("select count(*) from _stg_touched").fetchone()[0]
+    start, inserted = 0, 0
     if redecided:
         con.execute("begin transaction")
         try:
             con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}")
-            con.execute(f"insert into {staging} " + _winners(
-                spec, f"{raw} r semi join _stg_touched t on {_same_identity(spec, 'r', 't')}"))
+            # DuckDB appends after every row id ever used, so the rows of this insert are the ones
+            # from ``start`` on: a range the scan skips to, for the validation of just these rows
+            start = con.execute(f"select coalesce(max(rowid) + 1, 0) from {staging}").fetchone()[0]
+            inserted = con.execute(f"insert into {staging} " + _winners(
+                spec, f"{raw} r semi join _stg_touched t on {_same_identity(spec, 'r', 't')}")).fetchone()[0]
             con.execute("commit")
         except BaseException:
             con.execute("rollback")
@@ -278,7 +287,22 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="incremental",
             redecided=redecided)
     rows = con.execute(f"select count(*) from {staging}").fetchone()[0]
-    return StagingResult(rows, "incremental", redecided, f"{redecided} identities since seq {since}", report)
+    # the drop step deletes only rows of this insert (its scope), each named in the ledger
+    return StagingResult(rows, "incremental", redecided, f"{redecided} identities since seq {since}", report,
+                         scope=f"base.rowid >= {int(start)}" if redecided else "false",
+                         added=inserted - (report.total if redecided else 0))
+
+
+def added_rows_in_scope(con: duckdb.DuckDBPyConnection, spec: SourceSpec, result: StagingResult) -> bool:
+    """Every row the incremental step added is still in ``result.scope``.
+
+    A checkpoint that vacuums deleted rows renumbers the rows after them, only ever downwards,
+    and rows from before the insert all lie below the range: so the range still holding as many
+    rows as were added means none of them moved out of it."""
+    if result.scope is None:
+        return False
+    found = con.execute(f"select count(*) from staging.{q(spec.name)} base where {result.scope}").fetchone()[0]
+    return found == result.added
 
 
 def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State, report, mode: str,

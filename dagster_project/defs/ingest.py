@@ -20,12 +20,12 @@ from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
 from dagster_project.state import record_run
-from dagster_project.tables import gx_check_results, gx_checks, reused_metadata
+from dagster_project.tables import baseline_covers, gx_check_results, gx_checks, reused_metadata
 from dagster_project.validation import apply_drops
 from transforms.classify import q
 from transforms.spec import SourceSpec
 from transforms.sqlfiles import materialize
-from transforms.staging import refresh_staging
+from transforms.staging import added_rows_in_scope, refresh_staging
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -139,6 +139,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                     **reused_metadata(con, table, context.run_id),
                     "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)},
                     check_results=gx_check_results(con, [table], context.run_id))
+            previous = versions.get(con, table)
             versions.invalidate(con, table)  # a build that fails half-way must not look current
             # incremental when sound; drop expectations (a time beyond the future slack) apply
             # before marts read it
@@ -147,7 +148,10 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             versions.record_build(con, table, key, context.run_id)
             versions_loaded = count(con, f"select count(*) from raw.{q(spec.name)}")
             sample = preview(con, f"staging.{q(spec.name)}", sample_columns)
-            checks = gx_check_results(con, [table], context.run_id)
+            # only the re-decided identities can hold rows the last clean validation did not see
+            scoped = baseline_covers(con, table, previous) and added_rows_in_scope(con, spec, staged)
+            checks = gx_check_results(con, [table], context.run_id,
+                                      row_scopes={table: staged.scope} if scoped else None)
         return dg.MaterializeResult(check_results=checks, metadata={
             "dagster/row_count": rows,
             "reused": False,

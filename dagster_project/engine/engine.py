@@ -33,6 +33,7 @@ from dagster_project.engine.readers import FileView, Unit
 from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
 from dagster_project import versions
+from transforms import arrowcols
 from transforms.localtime import resolve_folds
 from transforms.classify import build_sql, output_columns, q, strict_verdict
 from transforms.lines import BATCH_ROWS, Rejected
@@ -264,9 +265,9 @@ class Ingestor:
                 self.con.executemany("delete from ingest.sqlite_keys where source = ? and path = ? and key = ?",
                                      [(self.spec.name, p, k) for p, k in keys_gone])
             if keys_set:
-                self.con.register("_keys", pa.table({"path": [k[0] for k in keys_set],
-                                                     "key": pa.array([k[1] for k in keys_set], pa.int64()),
-                                                     "sha256": [k[2] for k in keys_set]}))
+                self.con.register("_keys", arrowcols.table({"path": arrowcols.strings([k[0] for k in keys_set]),
+                                                            "key": arrowcols.ints([k[1] for k in keys_set]),
+                                                            "sha256": arrowcols.strings([k[2] for k in keys_set])}))
                 try:
                     self.con.execute("insert or replace into ingest.sqlite_keys "
                                      "select $source, path, key, sha256 from _keys",
@@ -291,12 +292,13 @@ class Ingestor:
         """Classify every candidate line of the batch in one DuckDB pass. Each unit is keyed by
         its index in the batch (the classifier's ``path``), mapped back to path and seq after."""
         self.counts: dict[str, list[int]] = {}
-        units = pa.table({"k": [str(i) for i in range(len(batch))], "_u_path": [e.path for e in batch],
-                          "_u_seq": pa.array([e.seq for e in batch], pa.int64()),
-                          "_u_first_line": pa.array([int(e.meta.get("first_line", 1)) for e in batch], pa.int64()),
-                          "_u_run": [e.run_id for e in batch],
-                          "_u_at": pa.array([datetime.fromisoformat(e.observed_at) for e in batch],
-                                            pa.timestamp("us", tz="UTC"))})
+        units = arrowcols.table({
+            "k": arrowcols.strings([str(i) for i in range(len(batch))]),
+            "_u_path": arrowcols.strings([e.path for e in batch]),
+            "_u_seq": arrowcols.ints([e.seq for e in batch]),
+            "_u_first_line": arrowcols.ints([int(e.meta.get("first_line", 1)) for e in batch]),
+            "_u_run": arrowcols.strings([e.run_id for e in batch]),
+            "_u_at": arrowcols.timestamps([datetime.fromisoformat(e.observed_at) for e in batch])})
         self.con.register("_units", units)
         try:
             if rejects:
@@ -312,8 +314,8 @@ class Ingestor:
             parts = []
             for i, t in tables:
                 if t.num_rows:
-                    ids = pa.DictionaryArray.from_arrays(pa.array(np.full(t.num_rows, 0, dtype=np.int32)),
-                                                         pa.array([str(i)]))
+                    ids = pa.DictionaryArray.from_arrays(
+                        arrowcols.ints(np.zeros(t.num_rows, dtype=np.int32), pa.int32()), arrowcols.strings([str(i)]))
                     parts.append(t.append_column("path", ids.cast(pa.string())))
             if not parts:
                 return
@@ -384,10 +386,10 @@ class Ingestor:
             self.con.executemany(
                 "update _classified set reason = ?, detail = ? where path = ? and line_number = ?", verdicts)
         if again:
-            table = pa.table({"line_number": pa.array([a[0] for a in again], pa.int64()),
-                              "byte_offset": pa.array([a[1] for a in again], pa.int64()),
-                              "text": pa.array([a[2] for a in again], pa.large_string()),
-                              "path": pa.array([a[3] for a in again], pa.string())})
+            table = arrowcols.table({"line_number": arrowcols.ints([a[0] for a in again]),
+                                     "byte_offset": arrowcols.ints([a[1] for a in again]),
+                                     "text": arrowcols.strings([a[2] for a in again], pa.large_string()),
+                                     "path": arrowcols.strings([a[3] for a in again])})
             self.con.register("_lines", table)
             try:
                 self.con.execute("delete from _classified where reason = 'strict_check'")
@@ -419,7 +421,7 @@ class Ingestor:
                 "run_id": e.run_id,
                 "at": datetime.fromisoformat(e.observed_at)})
         self.counts = {}
-        self.con.register("_file_updates", pa.Table.from_pylist(rows, schema=FILE_STATE))
+        self.con.register("_file_updates", arrowcols.from_rows(rows, FILE_STATE))
         try:
             self.con.execute(
                 """

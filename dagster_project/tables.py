@@ -116,14 +116,15 @@ def baseline_covers(con: duckdb.DuckDBPyConnection, table: str, version: version
     last validation ran on that version, passed, and stored the baseline (a clean validation of
     it; one that found nothing new keeps the older baseline's run, so this is conservative).
     Then rows added since are the only ones a ``row_scope`` must cover."""
-    if version is None:
+    validation_key = versions.validation_key_of(version)
+    if validation_key is None:
         return False
     try:
         found = con.execute(
             "select count(*) from lineage.validated v join lineage.validation_baselines b "
             "on b.table_name = v.table_name and b.run_id = v.run_id "
             "where v.table_name = ? and v.validation_key = ? and v.passed",
-            [table, versions.key(versions.code(), version.version)]).fetchone()[0]
+            [table, validation_key]).fetchone()[0]
     except duckdb.CatalogException:  # never validated here
         return False
     return bool(found)

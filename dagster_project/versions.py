@@ -196,7 +196,11 @@ def validation_key(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
     only as "not in the future", which a row that passed keeps passing as time goes on. A result
     with any unexpected row is reused only on the day it was found (``reuse_validation``).
     """
-    version = get(con, table)
+    return validation_key_of(get(con, table))
+
+
+def validation_key_of(version: Version | None) -> str | None:
+    """The validation key of a given version of a table (``validation_key`` of its current one)."""
     return None if version is None else key(code(), version.version)
 
 

@@ -47,22 +47,23 @@ class _Resolver:
 
     def stored(self, real: Path) -> str:
         if real.is_symlink():
-            return stored_path(real, self.root)
+            return _relative(real.resolve(), self.root)
         parent = str(real.parent)
         if parent not in self.dirs:
             self.dirs[parent] = real.parent.resolve()
-        path = self.dirs[parent] / real.name
-        try:
-            return path.relative_to(self.root).as_posix()
-        except ValueError:
-            return path.as_posix()
+        return _relative(self.dirs[parent] / real.name, self.root)
 
 
 def stored_path(real: Path, raw_dir: Path) -> str:
+    return _relative(real.resolve(), raw_dir.resolve())
+
+
+def _relative(resolved: Path, root: Path) -> str:
+    """A file under the raw root is stored relative to it, any other by its absolute path."""
     try:
-        return real.resolve().relative_to(raw_dir.resolve()).as_posix()
+        return resolved.relative_to(root).as_posix()
     except ValueError:
-        return real.resolve().as_posix()
+        return resolved.as_posix()
 
 
 def unclaimed_files(specs: dict[str, SourceSpec], raw_dir: Path) -> list[str]:

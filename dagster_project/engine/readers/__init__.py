@@ -35,7 +35,8 @@ class FileView:
     now: float  # wall-clock seconds of this run
 
 
-def stat_signature(real: Path) -> dict:
+def stat_signature(real: Path | int) -> dict:
+    """Size, mtime and inode of a path or an open file descriptor."""
     st = os.stat(real)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
 

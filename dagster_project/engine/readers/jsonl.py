@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -37,25 +38,36 @@ def open_map(real):
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
 
 
+def _live(known: dict | None) -> bool:
+    return known is not None and known.get("status") == "ok" and known.get("format") == "jsonl"
+
+
+def _same(known: dict | None, sig: dict, tail_hash: Callable[[int], str | None]) -> bool:
+    """The file is the one ``known`` recorded, up to its watermark: same size, mtime and inode,
+    and the same last consumed block (``tail_hash(offset)``: the sha256 of the
+    ``TAIL_CHECK_BYTES`` before ``offset``, None when the file is shorter)."""
+    return (_live(known) and all(known[k] == sig[k] for k in ("size", "mtime_ns", "ino"))
+            and tail_hash(known["offset"]) == known["tail_sha"])
+
+
+def _nothing_due(view: FileView, known: dict) -> bool:
+    """No partial last line is waiting to be sealed."""
+    return known["deferred"] == 0 or not sealed(view, known["changed_at"])
+
+
 def unchanged(view: FileView) -> bool:
-    """``read`` would find nothing to do: same size, mtime, inode and last consumed block, and no
-    partial line due for sealing. Checked with one small read instead of mapping the file, since
-    nearly every file of a lake is unchanged on a given run."""
-    known = view.known
-    if known is None or known.get("status") != "ok" or known.get("format") != "jsonl":
+    """``read`` would find nothing to do. Checked with one small read instead of mapping the
+    file, since nearly every file of a lake is unchanged on a given run."""
+    if not _live(view.known):
         return False
     with open(view.real, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if (st.st_size, st.st_mtime_ns, st.st_ino) != (known["size"], known["mtime_ns"], known["ino"]):
-            return False
-        offset = known["offset"]
-        if offset > st.st_size:
-            return False
-        start = max(0, offset - TAIL_CHECK_BYTES)
-        tail = os.pread(fh.fileno(), offset - start, start)
-    if len(tail) != offset - start or hashlib.sha256(tail).hexdigest() != known["tail_sha"]:
-        return False
-    return known["deferred"] == 0 or not sealed(view, known["changed_at"])
+        def tail_hash(offset: int) -> str | None:
+            start = max(0, offset - TAIL_CHECK_BYTES)
+            tail = os.pread(fh.fileno(), offset - start, start)
+            return hashlib.sha256(tail).hexdigest() if len(tail) == offset - start else None
+
+        same = _same(view.known, stat_signature(fh.fileno()), tail_hash)
+    return same and _nothing_due(view, view.known)
 
 
 def read(view: FileView, buf=None) -> list[Unit]:
@@ -64,13 +76,12 @@ def read(view: FileView, buf=None) -> list[Unit]:
     if buf is None:
         buf = open_map(view.real)
     size = len(buf)
-    live = known is not None and known.get("status") == "ok" and known.get("format") == "jsonl"
+    live = _live(known)
     offset = known["offset"] if live else 0
-    same = (live and all(known[k] == sig[k] for k in ("size", "mtime_ns", "ino"))
-            and size >= offset and tail_sha(buf, offset) == known["tail_sha"])
+    same = _same(known, sig, lambda at: tail_sha(buf, at) if size >= at else None)
     if same:
         changed_at = known["changed_at"]
-        if known["deferred"] == 0 or not sealed(view, changed_at):
+        if _nothing_due(view, known):
             return []
     else:
         changed_at = min(sig["mtime_ns"] / 1e9, view.now)

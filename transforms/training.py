@@ -160,8 +160,8 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     con.execute(f"delete from {PROMPT_KEYS} where id {touched}")
     part = {**params, "all": False}
     insert_sql(con, "exports/prompt_keys", part, table=PROMPT_KEYS)
-    con.execute("create or replace temp table fw_touched_groups as select key from fw_left_groups")
-    con.execute(f"insert into fw_touched_groups select prompt_group from {PROMPT_KEYS} where id {touched}")
+    delta.temp_keys(con, "fw_touched_groups", f"select key from fw_left_groups union all "
+                                              f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
     if params["max_pairs"] is not None:
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",

@@ -262,7 +262,8 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
         target.mkdir(parents=True)
         for part in planned.parts:
             _link(objects / f"{part.key}.parquet", target / part.name)
-        views[planned.dataset.table] = [(target / p.name, p.bytes) for p in planned.parts]
+        real = target.resolve()  # once per dataset: its files share the directory
+        views[planned.dataset.table] = [(real / p.name, p.bytes) for p in planned.parts]
         directories.append(target)
     # The links must be durable before the commit, not before the warehouse is built: one pass.
     fsync_all(directories)

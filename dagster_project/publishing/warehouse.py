@@ -22,16 +22,10 @@ from dagster_project.publishing.parquet import fsync_file, lit, q
 
 
 def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[str, list[tuple[Path, int]]]) -> int:
-    """Write ``path`` with one view per ``schema.table`` -> its (file, bytes) list; returns bytes."""
+    """Write ``path`` with one view per ``schema.table`` -> its (file, bytes) list (absolute paths:
+    the views read them from wherever the warehouse is opened); returns bytes."""
     comments = _comments(state)
     path.unlink(missing_ok=True)
-    resolved: dict[Path, Path] = {}  # one realpath per directory, not per file
-
-    def absolute(file: Path) -> Path:
-        if file.parent not in resolved:
-            resolved[file.parent] = file.parent.resolve()
-        return resolved[file.parent] / file.name
-
     con = duckdb.connect(str(path))
     try:
         # One transaction, a view's comments in one call: ~600 COMMENT statements each committed
@@ -41,7 +35,7 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
             schema, name = table.split(".", 1)
             con.execute(f"create schema if not exists {q(schema)}")
             _check_files(path, table, files)
-            listing = "[" + ", ".join(lit(absolute(f)) for f, _ in files) + "]"
+            listing = "[" + ", ".join(lit(f) for f, _ in files) + "]"
             con.execute(f"create view {q(schema)}.{q(name)} as select * from read_parquet({listing})")
             table_comment, column_comments = comments.get(table, (None, {}))
             statements = [f"comment on view {q(schema)}.{q(name)} is {lit(table_comment)}"] if table_comment else []

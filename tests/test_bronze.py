@@ -93,6 +93,8 @@ def test_row_updated_in_place_wins_and_deleted_row_is_flagged(settings):
     assert rows(con, "select count(*) from raw.session_ratings") == [(4,)]
     assert sorted(e for (e,) in rows(con, "select event from ingest.file_events")) == ["rows_deleted", "rows_updated"]
     assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(4, 4)]
+    # the deleted row's key is forgotten: a row inserted later under it is new, not an update
+    assert rows(con, "select key from ingest.sqlite_keys order by key") == [(1,), (3,)]
 
 
 def test_store_locked_by_its_writer_is_retried_not_quarantined(settings, monkeypatch):

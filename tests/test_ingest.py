@@ -411,3 +411,29 @@ def test_accounting_identity_is_enforced(settings):
     con.execute("update ingest.files set rows_loaded = rows_loaded + 1")
     with pytest.raises(AccountingError, match="interactions_2026-02-26_abababab.jsonl"):
         check_accounting(con)
+
+
+def test_a_latin1_file_is_quarantined_line_by_line_with_exact_bytes(settings):
+    """A producer writing Latin-1 rejects every line before JSON: each keeps its bytes, and an
+    over-long line in the same batch its hash and length (one insert for all of them)."""
+    from dataclasses import replace
+
+    settings = replace(settings, max_line_bytes=1000)
+    latin = [dumps(interaction(i, output_text="café")).encode("latin-1") for i in range(50)]
+    big = dumps(interaction(99, output_text="x" * 5000)).encode()
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_1a7e1a7e.jsonl",
+                       latin + [big, dumps(interaction(100)).encode()])
+    data = path.read_bytes()
+    con, reports = ingest(settings, sources=["interactions"])
+    got = rows(con, "select line_number, byte_offset, reason, raw_text, raw_bytes, raw_sha256, raw_length, run_id, "
+                    "quarantined_at is not null from ingest.quarantine order by line_number")
+    assert [(ln, reason) for ln, _, reason, *_ in got] == \
+        [(i + 1, "invalid_utf8") for i in range(50)] + [(51, "line_too_large")]
+    for (ln, offset, reason, raw_text, raw_bytes, sha, length, run_id, stamped), raw in zip(got, latin + [big]):
+        assert data[offset:offset + len(raw)] == raw and run_id == "run-1" and stamped
+        if reason == "invalid_utf8":
+            assert (raw_bytes, raw_text) == (raw, raw.decode("utf-8", errors="backslashreplace"))
+        else:
+            assert (raw_bytes, raw_text, sha, length) == (None, None, hashlib.sha256(raw).hexdigest(), len(raw))
+    f = reports["interactions"].files[0]
+    assert (f.lines, f.loaded, f.quarantined) == (52, 1, 51)

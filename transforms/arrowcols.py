@@ -44,12 +44,22 @@ def bools(values: Sequence[bool | None] | np.ndarray) -> pa.Array:
 
 def strings(values: Sequence[str | None], kind: pa.DataType = pa.string()) -> pa.Array:
     """string or large_string, None for null."""
-    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
-    large = kind == pa.large_string()
+    return _variable([None if v is None else v.encode("utf-8") for v in values], kind)
+
+
+def binaries(values: Sequence[bytes | None]) -> pa.Array:
+    """binary (DuckDB BLOB), None for null."""
+    return _variable(values, pa.binary())
+
+
+def _variable(encoded: Sequence[bytes | None], kind: pa.DataType) -> pa.Array:
+    large = kind in (pa.large_string(), pa.large_binary())
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64 if large else np.int32)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
-    validity, nulls = _validity(values)
-    return pa.Array.from_buffers(kind, len(encoded), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))],
+    np.cumsum(np.fromiter((0 if v is None else len(v) for v in encoded), dtype=np.int64, count=len(encoded)),
+              out=offsets[1:])
+    validity, nulls = _validity(encoded)
+    data = b"".join(v for v in encoded if v is not None)
+    return pa.Array.from_buffers(kind, len(encoded), [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=nulls)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -93,7 +94,14 @@ def test_arrowcols_build_what_pyarrow_builds():
 
 
 def test_ingesting_new_lines_never_imports_pandas(settings, tmp_path):
+    """Every reader (JSONL, a JSON array, a SQLite store) builds its Arrow tables without pandas."""
+    from test_bronze import SESSIONS, store
+
     append(settings.raw_dir, FILES[0], [interaction(i, timestamp=TIMES[1]) for i in range(5)])
+    (settings.raw_dir / "weighted").mkdir()
+    (settings.raw_dir / "weighted" / "training_queue_old.jsonl").write_text(json.dumps([
+        {"query": "q3", "response": "r3", "feedback": None, "weight": 3.0, "timestamp": "2026-01-05T10:00:00Z"}]))
+    store(settings.raw_dir / SESSIONS, ["a", "b"]).close()
     script = f"""
 import sys
 import duckdb
@@ -103,11 +111,12 @@ from dagster_project.sources import load_sources
 settings = Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
     "FLYWHEEL_WAREHOUSE": {str(tmp_path / "warehouse.duckdb")!r}, "FLYWHEEL_EXPORT_DIR": {str(tmp_path / "exports")!r},
     "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"}})
-spec = load_sources(settings.sources_file)["interactions"]
+specs = load_sources(settings.sources_file)
 settings.state_dir.mkdir(parents=True, exist_ok=True)
 con = duckdb.connect(str(settings.state_db))
-report = Ingestor(con, spec, settings, "r1").run()
-assert report.total("loaded") == 5, report.total("loaded")
+for name, loaded in (("interactions", 5), ("weighted_queue", 1), ("session_ratings", 2)):
+    report = Ingestor(con, specs[name], settings, "r1").run()
+    assert report.total("loaded") == loaded, (name, report.total("loaded"))
 print("pandas" in sys.modules)
 """
     root = Path(__file__).resolve().parents[1]

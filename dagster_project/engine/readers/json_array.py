@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
 from dagster_project.settings import Settings
+from transforms import arrowcols
 from transforms.lines import LINES_SCHEMA, Rejected
 
 
@@ -46,9 +47,9 @@ def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejecte
             1, 0, "corrupt_file", f"not a readable JSON array: {exc}",
             data[:65536].decode("utf-8", errors="backslashreplace"), None,
             hashlib.sha256(data).hexdigest(), len(data))], 1
-    table = pa.table({"line_number": pa.array([x[0] for x in found], pa.int64()),
-                      "byte_offset": pa.array([x[1] for x in found], pa.int64()),
-                      "text": pa.array([x[2] for x in found], pa.large_string())}, schema=LINES_SCHEMA)
+    table = arrowcols.table({"line_number": arrowcols.ints([x[0] for x in found]),
+                             "byte_offset": arrowcols.ints([x[1] for x in found]),
+                             "text": arrowcols.strings([x[2] for x in found], pa.large_string())}, LINES_SCHEMA)
     return table, [], len(found)
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
 from dagster_project.settings import Settings
+from transforms import arrowcols
 from transforms.classify import q
 from transforms.lines import LINES_SCHEMA, Rejected
 from transforms.spec import SqliteTable
@@ -151,10 +152,10 @@ def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
 def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
     """Rows as lines: the key is the line number (SQLite rows have no byte offset)."""
     rows = [json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").splitlines()]
-    table = pa.table({"line_number": pa.array([r[0] for r in rows], pa.int64()),
-                      "byte_offset": pa.nulls(len(rows), pa.int64()),
-                      "text": pa.array([r[1] if r[1] is not None else "null" for r in rows], pa.large_string())},
-                     schema=LINES_SCHEMA)
+    table = arrowcols.table({"line_number": arrowcols.ints([r[0] for r in rows]),
+                             "byte_offset": pa.nulls(len(rows), pa.int64()),
+                             "text": arrowcols.strings([r[1] if r[1] is not None else "null" for r in rows],
+                                                       pa.large_string())}, LINES_SCHEMA)
     return table, [], len(rows)
 
 

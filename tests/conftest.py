@@ -6,6 +6,8 @@ import atexit
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -78,6 +80,22 @@ def settings(tmp_path):
         # not expire them (tests/test_privacy.py tests the window).
         "FLYWHEEL_SESSION_RETENTION_DAYS": "3650",
     })
+
+
+def run_dying(settings, patch: str, run_id: str = "crashed") -> subprocess.CompletedProcess:
+    """Ingest interactions as ``run_id`` in a child process with ``patch`` (Python run after
+    importing ``bronze`` and ``engine``) applied first: it may kill -9 the child."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.run([sys.executable, "-c", f"""
+import os, sys
+sys.path.insert(0, {os.getcwd()!r}); sys.path.insert(0, {tests!r})
+from conftest import ingest
+from dagster_project.engine import bronze, engine
+from dagster_project.settings import Settings
+{patch}
+ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
+                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}}}), {run_id!r}, sources=["interactions"])
+"""], capture_output=True, text=True)
 
 
 def ingest(settings, run_id: str = "run-1", *, sources=None, full_refresh: bool = False,

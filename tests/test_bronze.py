@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import dumps, ingest, interaction, rows, write_lines
+from conftest import dumps, ingest, interaction, rows, run_dying, write_lines
 from dagster_project.engine import bronze_usage, check_accounting
 from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.synth import SESSION_DDL
@@ -210,20 +210,13 @@ def test_crash_after_bronze_write_is_recovered_by_the_next_run(settings):
     """A run killed between writing bronze and committing raw: the next run applies it once."""
     path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
                        [dumps(interaction(i)) for i in range(3)])
-    crash = subprocess.run([sys.executable, "-c", f"""
-import os, sys
-sys.path.insert(0, {str(os.getcwd())!r}); sys.path.insert(0, {str(os.path.dirname(__file__))!r})
-from conftest import ingest
-from dagster_project.engine import engine
-from dagster_project.settings import Settings
-def die(self, batch):
+    crash = run_dying(settings, """
+def die(self, batch, bronze_written=None):
     if batch:
-        self._bronze_durable()  # bronze is written on another thread: crash once it is durable
+        bronze_written.result()  # bronze is written on another thread: crash once it is durable
         os.kill(os.getpid(), 9)
 engine.Ingestor._apply = die
-ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
-                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}}}), "crashed", sources=["interactions"])
-"""])
+""")
     assert crash.returncode == -9
     assert bronze_usage(settings)["objects"] == 1
     con, reports = ingest(settings, "run-2", sources=["interactions"])

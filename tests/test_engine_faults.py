@@ -5,13 +5,11 @@ its files were found, and an unchanged file is not read past its last consumed b
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
 
-from conftest import dumps, ingest, interaction, rows, write_lines
+from conftest import dumps, ingest, interaction, rows, run_dying, write_lines
 from dagster_project.engine import bronze_usage, discover, stored_path
 from dagster_project.engine.bronze import Bronze
 from dagster_project.sources import builtin_sources
@@ -19,24 +17,10 @@ from dagster_project.sources import builtin_sources
 INTERACTIONS = "interactions/interactions_2026-02-26_0000000f.jsonl"
 
 
-def _run_dying(settings, patch: str) -> subprocess.CompletedProcess:
-    """Ingest interactions in a child process with ``patch`` applied first (it may kill -9)."""
-    return subprocess.run([sys.executable, "-c", f"""
-import os, sys
-sys.path.insert(0, {os.getcwd()!r}); sys.path.insert(0, {os.path.dirname(__file__)!r})
-from conftest import ingest
-from dagster_project.engine import bronze, engine
-from dagster_project.settings import Settings
-{patch}
-ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
-                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}}}), "crashed", sources=["interactions"])
-"""], capture_output=True, text=True)
-
-
 def test_killed_while_bronze_is_written_loses_nothing_and_counts_nothing_twice(settings):
     write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(3)])
     # the object is on disk, its manifest segment is not: raw must not have committed either
-    crash = _run_dying(settings, """
+    crash = run_dying(settings, """
 real_write = bronze._atomic_write
 def die_before_segment(target, data):
     if target.suffix == ".jsonl":
@@ -57,7 +41,7 @@ bronze._atomic_write = die_before_segment
 
 def test_a_failed_bronze_write_commits_nothing_to_raw(settings):
     write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(3)])
-    failed = _run_dying(settings, """
+    failed = run_dying(settings, """
 def full(self, entries):
     raise OSError(28, "No space left on device")
 bronze.Bronze.write = full

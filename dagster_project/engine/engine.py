@@ -74,7 +74,6 @@ class Ingestor:
         self.out_cols = [n for n, _ in output_columns(spec)]
         self.bronze = bronze_mod.Bronze(settings, spec.name)
         self.results: dict[str, FileResult] = {}
-        self._bronze_pending: Future | None = None  # the bronze write of the batch being applied
 
     def run(self, full_refresh: bool = False) -> SourceReport:
         from dagster_project import privacy
@@ -195,16 +194,7 @@ class Ingestor:
 
             scrub_batch(self.matcher, batch)  # erased subjects and expired records never reach bronze
             with ThreadPoolExecutor(1, thread_name_prefix="bronze") as pool:
-                self._bronze_pending = pool.submit(self.bronze.write, batch)
-                try:
-                    self._apply(batch)
-                finally:
-                    self._bronze_pending = None
-
-    def _bronze_durable(self) -> None:
-        """Wait for the batch being applied to be in bronze (raises what its write raised)."""
-        if self._bronze_pending is not None:
-            self._bronze_pending.result()
+                self._apply(batch, bronze_written=pool.submit(self.bronze.write, batch))
 
     def _replay(self, pending: list[bronze_mod.Entry]) -> None:
         batch, size = [], 0
@@ -220,11 +210,14 @@ class Ingestor:
 
     # ----------------------------------------------------------------- classification
 
-    def _apply(self, batch: list[bronze_mod.Entry]) -> None:
+    def _apply(self, batch: list[bronze_mod.Entry], bronze_written: Future | None = None) -> None:
         """Classify a batch of entries and write everything they imply, in one transaction.
 
         Entries are processed in ``seq`` order; this loop is where per-file state (``entry.state``,
         the previous entry of the same path) is available to a classifier needing a carry-over.
+        ``bronze_written``: the batch's bronze write running meanwhile (``_commit``); the
+        transaction commits only once it is durable (and fails with what it raised). A replayed
+        batch is in bronze already.
         """
         if not batch:
             return
@@ -286,7 +279,8 @@ class Ingestor:
             self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
                              [self.spec.name, batch[-1].seq])
             versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
-            self._bronze_durable()
+            if bronze_written is not None:
+                bronze_written.result()
             self.con.execute("commit")
         except BaseException:
             self.con.execute("rollback")

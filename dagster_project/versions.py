@@ -95,6 +95,46 @@ def forget(con: duckdb.DuckDBPyConnection, table: str) -> None:
     con.execute(f"delete from {TABLE} where table_name = ?", [table])
 
 
+CHANGES = f"{SCHEMA}.table_changes"
+
+
+def record_changes(con: duckdb.DuckDBPyConnection, table: str, version: str, base: Version | None,
+                   days: Iterable[str] | None) -> None:
+    """``version`` of ``table`` differs from its ``base`` version only in rows whose event day
+    (``transforms.partitions.time_sql`` of the table's partition column) is in ``days``: every row
+    deleted, inserted or changed lies on one of them. ``days`` None (a rebuild) records nothing,
+    which ``changed_days`` reads as "anything may have changed"."""
+    if base is None or days is None:
+        return
+    con.execute(f"create table if not exists {CHANGES} (table_name varchar not null, version varchar not null, "
+                "base_version varchar not null, days varchar[] not null, primary key (table_name, version))")
+    con.execute(f"insert or replace into {CHANGES} values (?, ?, ?, ?)", [table, version, base.version, sorted(days)])
+
+
+def changed_days(con: duckdb.DuckDBPyConnection, table: str, since: str | None, limit: int = 1000) -> set[str] | None:
+    """The event days on which ``table``'s current version may differ from its version ``since``
+    (the union over the builds in between), or None when some build in between did not say (a
+    rebuild, a failed build, another writer): then anything may differ."""
+    current = get(con, table)
+    if since is None or current is None:
+        return None
+    days: set[str] = set()
+    version = current.version
+    for _ in range(limit):
+        if version == since:
+            return days
+        try:
+            row = con.execute(f"select base_version, days from {CHANGES} where table_name = ? and version = ?",
+                              [table, version]).fetchone()
+        except duckdb.CatalogException:  # nothing recorded yet
+            return None
+        if row is None:
+            return None
+        version, more = row
+        days.update(more)
+    return None
+
+
 def key(*parts) -> str:
     """A stable digest of JSON-able parts (code fingerprint, settings, input versions)."""
     text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))

@@ -21,6 +21,7 @@ import duckdb
 
 from transforms import delta
 from transforms.classify import q
+from transforms.partitions import partition_column, time_sql
 from transforms.spec import SourceSpec
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
@@ -83,6 +84,9 @@ class StagingResult:
     # after a rebuild: every row is new.
     scope: str | None = None
     added: int = 0
+    # incremental: the event days (``transforms.partitions``) of every row this step deleted or
+    # inserted, so the publisher re-hashes only their files; None after a rebuild
+    changed_days: list[str] | None = None
 
 
 DropStep = Callable[..., Any]  # validation.apply_drops: (con, table, *, run_id, now, scope) -> DropReport
@@ -161,6 +165,7 @@ class _State:
     code_key: str
     has_staging: bool
     has_excluded: bool
+    days_column: str | None = None  # staging's event-time column, as the publisher cuts its files
 
 
 def _catalog(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, dict[str, str]]:
@@ -186,7 +191,8 @@ def _state(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> _State:
     code_key = hashlib.sha256((delta.code_fingerprint(*_CODE) + repr(
         (identity_columns(spec), order_terms(spec), list(raw.items())))).encode()).hexdigest()
     return _State(epoch, applied, code_key, f"staging.{spec.name}" in tables,
-                  f"lineage.staging_excluded_{spec.name}" in tables)
+                  f"lineage.staging_excluded_{spec.name}" in tables,
+                  partition_column(tables.get(f"staging.{spec.name}", {})))
 
 
 def _why_rebuild(state: _State, mark, now: datetime) -> str | None:
@@ -268,15 +274,24 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
                 {"since": since, **({"source": spec.name} if flagged else {})})
     redecided = con.execute("select count(*) from _stg_touched").fetchone()[0]
     start, inserted = 0, 0
+    days: set[str] = set()
     if redecided:
         con.execute("begin transaction")
         try:
+            if state.days_column:  # the days of the rows about to go
+                days.update(r[0] for r in con.execute(
+                    f"select distinct {time_sql(state.days_column, alias='s')} from {staging} s "
+                    f"semi join _stg_touched t on {_same_identity(spec, 's', 't')}").fetchall())
             con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}")
             # DuckDB appends after every row id ever used, so the rows of this insert are the ones
             # from ``start`` on: a range the scan skips to, for the validation of just these rows
             start = con.execute(f"select coalesce(max(rowid) + 1, 0) from {staging}").fetchone()[0]
             inserted = con.execute(f"insert into {staging} " + _winners(
                 spec, f"{raw} r semi join _stg_touched t on {_same_identity(spec, 'r', 't')}")).fetchone()[0]
+            if state.days_column:  # and of the rows that came (the drop step deletes only some of these)
+                days.update(r[0] for r in con.execute(
+                    f"select distinct {time_sql(state.days_column)} from {staging} where rowid >= $start",
+                    {"start": start}).fetchall())
             con.execute("commit")
         except BaseException:
             con.execute("rollback")
@@ -290,7 +305,8 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     # the drop step deletes only rows of this insert (its scope), each named in the ledger
     return StagingResult(rows, "incremental", redecided, f"{redecided} identities since seq {since}", report,
                          scope=f"base.rowid >= {int(start)}" if redecided else "false",
-                         added=inserted - (report.total if redecided else 0))
+                         added=inserted - (report.total if redecided else 0),
+                         changed_days=sorted(days) if state.days_column else None)
 
 
 def added_rows_in_scope(con: duckdb.DuckDBPyConnection, spec: SourceSpec, result: StagingResult) -> bool:

@@ -146,6 +146,8 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             staged = refresh_staging(con, spec, run_id=context.run_id, drop=apply_drops)
             rows, drops = staged.rows, staged.drops
             versions.record_build(con, table, key, context.run_id)
+            # which days' files the snapshot must hash again (all of them after a rebuild)
+            versions.record_changes(con, table, key, previous, staged.changed_days)
             versions_loaded = count(con, f"select count(*) from raw.{q(spec.name)}")
             sample = preview(con, f"staging.{q(spec.name)}", sample_columns)
             # only the re-decided identities can hold rows the last clean validation did not see

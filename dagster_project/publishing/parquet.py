@@ -26,14 +26,11 @@ from pathlib import Path
 import duckdb
 
 from transforms.classify import q
+from transforms.partitions import DAY, MONTH, UNDATED, partition_column, time_sql
 from transforms.sqlfiles import lit
 
 FORMAT = "flywheel-parquet/2"
 ROW_GROUP_ROWS = 100_000
-# Event-time columns, most meaningful first; a table without one is a single partition.
-TIME_COLUMNS = ("interaction_timestamp", "example_timestamp", "timestamp", "queried_at", "created_at",
-                "recorded_at", "committed_at", "first_labeled_at", "first_seen", "day", "started_at",
-                "validated_at", "quarantined_at", "observed_at")
 DAY_GRAIN_ROWS = 5_000
 # A partition's digest: its row count and two sums of 64-bit row hashes (DuckDB's hash() of every
 # column, and a hash of that), so it does not depend on row order and never serialises a row:
@@ -84,16 +81,6 @@ class Plan:
         return hashlib.sha256(json.dumps([[p.name, p.key] for p in self.parts]).encode()).hexdigest()
 
 
-def partition_column(columns: dict[str, str]) -> str | None:
-    def is_time(name: str) -> bool:
-        return columns[name].upper().startswith(("TIMESTAMP", "DATE"))
-
-    preferred = [c for c in TIME_COLUMNS if c in columns and is_time(c)]
-    if preferred:
-        return preferred[0]
-    return next((c for c in columns if is_time(c)), None)
-
-
 def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     """The file name (without ``.parquet``) each row goes to.
 
@@ -101,10 +88,9 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     file), its month for smaller ones (fewer tiny files; rewriting them costs little); one
     partition without a time column.
     """
-    fmt = "%Y-%m-%d" if rows > DAY_GRAIN_ROWS else "%Y-%m"
     col = partition_column(columns)
     if col:
-        when = f"coalesce(strftime({q(col)}, '{fmt}'), 'undated')"
+        when = time_sql(col, _grain(rows))
     else:
         when = "'all'"
     if dataset.kind == "training" and "split" in columns:
@@ -113,27 +99,76 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     return f"'part-' || {when}"
 
 
+def _grain(rows: int) -> str:
+    return DAY if rows > DAY_GRAIN_ROWS else MONTH
+
+
 def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Plan:
     """Hash every partition of ``dataset``; mark those whose object exists as reused."""
+    columns = _columns(con, dataset)
+    total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
+    part_sql = partition_sql(dataset, columns, total)
+    result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql,
+                  _hash_parts(con, dataset, columns, part_sql, objects))
+    if not result.parts:  # an empty table still has a schema: one empty file
+        result.parts = _hash_parts(con, dataset, columns, part_sql, objects,
+                                   empty="train-empty" if dataset.kind == "training" else "part-empty")
+    return result
+
+
+def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entry: dict,
+           days: set[str]) -> Plan | None:
+    """``plan`` from the manifest ``entry`` of an earlier version of the table and the event
+    ``days`` it changed on since (``versions.changed_days``): only those days' rows are read and
+    hashed, every other file is the entry's (the same rows: nothing else changed). None when that
+    cannot be told: another schema, order or cut (a table crossing ``DAY_GRAIN_ROWS``), no event
+    time, an empty table, an object gone."""
+    written = reuse(dataset, entry, objects)  # the entry as the publisher wrote it (no erasure since)
+    if written is None or any(p.rows == 0 for p in written.parts):
+        return None
+    columns = _columns(con, dataset)
+    col = partition_column(columns)
+    if col is None or entry.get("columns") != [{"name": c, "type": t} for c, t in columns.items()]:
+        return None
+    total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
+    part_sql = partition_sql(dataset, columns, total)
+    if part_sql != entry.get("partition_sql"):
+        return None
+    fmt = _grain(total)
+    names = sorted({d if d == UNDATED or fmt == DAY else d[:7] for d in days})
+
+    def when(name: str) -> str:  # "train-2026-02-03.parquet" -> "2026-02-03"
+        return name[:-len(".parquet")].split("-", 1)[1]
+
+    kept = [p for p in written.parts if when(p.name) not in names]
+    fresh = _hash_parts(con, dataset, columns, part_sql, objects,
+                        where=f"{time_sql(col, fmt)} in ({', '.join(lit(n) for n in names)})") if names else []
+    parts = sorted(kept + fresh, key=lambda p: p.name[:-len(".parquet")])  # as plan orders __part
+    return Plan(dataset, entry["columns"], part_sql, parts) if parts else None
+
+
+def _columns(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> dict[str, str]:
     described = con.execute(f"describe {dataset.select}").fetchall()
     columns = {name: str(type_) for name, type_, *_ in described}
     if "__part" in columns or "__h" in columns:
         raise ValueError(f"{dataset.table}: columns __part/__h are reserved by the publisher")
+    return columns
+
+
+def _hash_parts(con: duckdb.DuckDBPyConnection, dataset: Dataset, columns: dict[str, str], part_sql: str,
+                objects: Path, where: str = "", empty: str | None = None) -> list[Part]:
+    """The partitions of the rows ``where`` selects, each named by its content (``empty``: one
+    partition of that name and no rows); an object already stored is marked reused."""
     schema = json.dumps([[c, t] for c, t in columns.items()])
-    total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
-    part_sql = partition_sql(dataset, columns, total)
-    rows = con.execute(
+    rows = [(empty, 0, "")] if empty else con.execute(
         f"select __part, count(*)::bigint, {ROW_DIGEST} from (select {part_sql} as __part, "
-        f"hash({', '.join(q(c) for c in columns)}) as __h from ({dataset.select})) "
-        "group by __part order by __part").fetchall()
-    result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql)
-    if not rows:  # an empty table still has a schema: one empty file
-        rows = [("train-empty" if dataset.kind == "training" else "part-empty", 0, "")]
+        f"hash({', '.join(q(c) for c in columns)}) as __h from ({dataset.select})"
+        f"{f' where {where}' if where else ''}) group by __part order by __part").fetchall()
+    parts = []
     for part, n, digest in rows:
         key = hashlib.sha256(f"{FORMAT}|{duckdb.__version__}|{schema}|{dataset.order}|{digest}".encode()).hexdigest()
-        result.parts.append(Part(name=f"{part}.parquet", rows=int(n), key=key,
-                                 reused=(objects / f"{key}.parquet").exists()))
-    return result
+        parts.append(Part(name=f"{part}.parquet", rows=int(n), key=key, reused=(objects / f"{key}.parquet").exists()))
+    return parts
 
 
 def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:

@@ -190,13 +190,15 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         previous = read_manifest(export_dir) or {}
         before = previous.get("datasets", {})
         published = datasets(con)
-        inputs = _input_versions(con, published, pseudonym_key)
+        tables = versions.versions_of(con, [d.table for d in published])
+        secret = versions.secret_hash(pseudonym_key)
+        inputs = {d.path: _input_version(d, tables.get(d.table), secret) for d in published}
         # The run log changes every run and never decides "changed": it is hashed only to publish.
-        plans = {d.path: _plan(con, d, objects, inputs[d.path], before.get(d.path))
+        plans = {d.path: _plan(con, d, objects, inputs[d.path], before.get(d.path), secret)
                  for d in published if d.table not in RUN_LOG}
         hook("hashed")
         if previous and _unchanged(plans, before):
-            _note_input_versions(con, snaps / previous_version, previous, plans, inputs)
+            _note_input_versions(con, snaps / previous_version, previous, plans, inputs, tables)
             _record_snapshot(con, run_id, previous_version, "unchanged")
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
             return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
@@ -215,7 +217,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         try:
             snap.mkdir()
             manifest = _write_snapshot(con, snap, plans, objects, run_id, created, previous_version, watermarks,
-                                       hook, inputs)
+                                       hook, inputs, tables)
             tmp = export_dir / f".{CURRENT}.link-{os.getpid()}"
             tmp.unlink(missing_ok=True)
             os.symlink(f"{SNAPSHOTS}/{version}", tmp)
@@ -243,7 +245,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
 
 def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_id: str, created: datetime,
                     previous_version: str | None, watermarks: dict | None, hook: Hook,
-                    inputs: dict[str, str | None]) -> dict:
+                    inputs: dict[str, str | None], tables: dict[str, str | None]) -> dict:
     known = _known_objects(snap.parent)
     pending: dict[str, Path] = {}
     try:
@@ -282,7 +284,8 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
         "datasets": {path: {
             "table": p.dataset.table, "kind": p.dataset.kind, "rows": p.rows, "columns": p.columns,
             "content_hash": p.content_hash, "order_by": list(p.dataset.order),
-            "input_version": inputs.get(path), "partition_sql": p.part_sql,
+            "input_version": inputs.get(path), "table_version": tables.get(p.dataset.table),
+            "partition_sql": p.part_sql,
             "built_by_run": built.get(p.dataset.table, run_id),
             "excluded_rows": excluded.get(p.dataset.table, 0),
             "validation": validation["tables"].get(p.dataset.table, {"status": "not validated"}),
@@ -297,30 +300,34 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     return manifest
 
 
-def _input_versions(con: duckdb.DuckDBPyConnection, published: list[Dataset],
-                    pseudonym_key: bytes) -> dict[str, str | None]:
-    """Per dataset, what its published files are a function of: the table's version, the
-    projection, the publisher's format and (shared datasets) the pseudonym key. None for a table
+def _input_version(dataset: Dataset, table_version: str | None, secret: str | None) -> str | None:
+    """What ``dataset``'s published files are a function of: its table's version, the projection,
+    the publisher's format and (shared datasets) the pseudonym key's hash. None for a table
     without a version (the ingest bookkeeping): hashed every run."""
-    tables = versions.versions_of(con, [d.table for d in published])
-    secret = versions.secret_hash(pseudonym_key)
-    return {d.path: None if tables.get(d.table) is None else versions.key(
-        FORMAT, parquet.FORMAT, tables[d.table], d.select, d.order, secret if d.shared else None)
-        for d in published}
+    return None if table_version is None else versions.key(
+        FORMAT, parquet.FORMAT, table_version, dataset.select, dataset.order, secret if dataset.shared else None)
 
 
 def _plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, input_version: str | None,
-          entry: dict | None) -> Plan:
-    """The current manifest's entry when the dataset's inputs are those it recorded, else hash it."""
-    if input_version is not None and entry and entry.get("input_version") == input_version:
-        reused = parquet.reuse(dataset, entry, objects)
-        if reused is not None:
-            return reused
+          entry: dict | None, secret: str | None) -> Plan:
+    """The current manifest's entry when the dataset's inputs are those it recorded; when only
+    the table changed since (same projection and key) and its builds said on which event days,
+    the entry with just those days hashed again; else every row hashed."""
+    if input_version is not None and entry:
+        if entry.get("input_version") == input_version:
+            reused = parquet.reuse(dataset, entry, objects)
+            if reused is not None:
+                return reused
+        elif entry.get("input_version") == _input_version(dataset, entry.get("table_version"), secret):
+            days = versions.changed_days(con, dataset.table, since=entry.get("table_version"))
+            replanned = None if days is None else parquet.replan(con, dataset, objects, entry, days)
+            if replanned is not None:
+                return replanned
     return plan(con, dataset, objects)
 
 
 def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: dict, plans: dict[str, Plan],
-                         inputs: dict[str, str | None]) -> None:
+                         inputs: dict[str, str | None], tables: dict[str, str | None]) -> None:
     """Nothing changed, but tables were rebuilt (a full refresh): the current manifest's entries
     are what the new versions produce, so say so, or every later no-op would hash them again.
     Only these private fields change (temp file, fsync, rename)."""
@@ -328,7 +335,8 @@ def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: d
     changed = False
     for path, planned in plans.items():
         entry = manifest["datasets"][path]
-        now = {"input_version": inputs.get(path), "partition_sql": planned.part_sql,
+        now = {"input_version": inputs.get(path), "table_version": tables.get(planned.dataset.table),
+               "partition_sql": planned.part_sql,
                "built_by_run": built.get(planned.dataset.table, entry.get("built_by_run"))}
         if inputs.get(path) and any(entry.get(k) != v for k, v in now.items()):
             entry.update(now)

@@ -1,0 +1,148 @@
+"""The snapshot re-hashes only the event days a run's builds changed (``versions.record_changes``,
+``parquet.replan``), and publishes exactly what hashing every row would."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from conftest import dumps, interaction, write_lines
+from dagster_project import versions
+from dagster_project.pipeline import run_pipeline
+from dagster_project.publishing import SNAPSHOTS, read_manifest
+from dagster_project.publishing.parquet import plan, replan
+from dagster_project.publishing.snapshot import RUN_LOG, datasets
+
+KEY = "test-key"
+DAYS = ("2026-02-24", "2026-02-25", "2026-02-26")
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from dagster_project.settings import Settings
+
+    (tmp_path / "raw").mkdir()
+    return Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
+                              "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+                              "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"), "FLYWHEEL_AS_OF": "2026-03-01",
+                              "FLYWHEEL_PSEUDONYM_KEY": KEY, "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"})
+
+
+def day_file(settings, day: str, ids: range, **overrides) -> None:
+    write_lines(settings.raw_dir / "interactions" / f"interactions_{day}_{ids.start:08d}.jsonl",
+                [dumps(interaction(i, **{"timestamp": f"{day}T10:{i % 60:02d}:00", "input_text": f"question {i}",
+                                         "output_text": f"answer {i}",
+                                         "user_feedback": ("positive", "negative")[i % 2], **overrides}))
+                 for i in ids])
+
+
+def assert_published_as_hashing_all_would(settings) -> None:
+    """Every dataset of the current snapshot has the files a plan of every row gives."""
+    from transforms.pseudonyms import register
+
+    manifest = read_manifest(settings.export_dir)
+    objects = settings.export_dir / SNAPSHOTS / ".objects"
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        con.execute("set TimeZone = 'UTC'")
+        register(con, KEY.encode())
+        for d in datasets(con):
+            if d.table in RUN_LOG:
+                continue
+            fresh = plan(con, d, objects)
+            files = manifest["datasets"][d.path]["files"]
+            assert [(f["name"], f["object"], f["rows"]) for f in files] == \
+                [(p.name, p.key, p.rows) for p in fresh.parts], d.path
+    finally:
+        con.close()
+
+
+def recorded_days(settings, table: str) -> list[str] | None:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        row = con.execute("select c.days from lineage.table_changes c join lineage.table_versions v "
+                          "on v.table_name = c.table_name and v.version = c.version where c.table_name = ?",
+                          [table]).fetchone()
+        return row and list(row[0])
+    except duckdb.CatalogException:  # no build has recorded any yet
+        return None
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_a_run_rehashes_only_the_days_staging_changed_and_publishes_what_hashing_all_would(settings):
+    # over 5,000 rows: staging.interactions is cut by day
+    for n, day in enumerate(DAYS):
+        day_file(settings, day, range(n * 2000, (n + 1) * 2000))
+    assert run_pipeline(settings).success
+    assert recorded_days(settings, "staging.interactions") is None  # a rebuild says nothing
+    before = read_manifest(settings.export_dir)["datasets"]["internal/staging.interactions"]
+
+    # a new day, and a later version of one interaction of the 24th that moves it to the 27th
+    day_file(settings, "2026-02-27", range(9000, 9010))
+    day_file(settings, "2026-02-27", range(17, 18), output_text="a better answer")
+    result = run_pipeline(settings)
+    assert result.success, result.failures
+    assert recorded_days(settings, "staging.interactions") == ["2026-02-24", "2026-02-27"]
+    after = read_manifest(settings.export_dir)["datasets"]["internal/staging.interactions"]
+    assert after["table_version"] != before["table_version"]
+    old = {f["name"]: f["object"] for f in before["files"]}
+    new = {f["name"]: f["object"] for f in after["files"]}
+    assert new["part-2026-02-25.parquet"] == old["part-2026-02-25.parquet"]  # never read again
+    assert new["part-2026-02-24.parquet"] != old["part-2026-02-24.parquet"]  # lost interaction 17
+    assert "part-2026-02-27.parquet" in new and "part-2026-02-27.parquet" not in old
+    assert_published_as_hashing_all_would(settings)
+
+
+def test_the_days_of_builds_in_between_add_up_and_a_build_that_did_not_say_breaks_the_chain(tmp_path):
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    table = "staging.t"
+
+    def build(days):
+        before = versions.get(con, table)
+        version = versions.bump(con, table, "run")
+        versions.record_changes(con, table, version, before, days)
+        return version
+
+    first = build(None)
+    assert versions.changed_days(con, table, since=first) == set()  # nothing since
+    build(["2026-01-02"])
+    build(["2026-01-05", "undated"])
+    assert versions.changed_days(con, table, since=first) == {"2026-01-02", "2026-01-05", "undated"}
+    build(None)  # a rebuild: anything may have changed since any earlier version
+    assert versions.changed_days(con, table, since=first) is None
+    assert versions.changed_days(con, table, since=None) is None
+
+
+def test_replan_refuses_what_it_cannot_tell(tmp_path):
+    """Another cut (a table crossing the day-grain threshold) or no event time: hash every row."""
+    from dagster_project.publishing.parquet import Dataset, commit_objects, write_objects
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("set TimeZone = 'UTC'")
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    con.execute("create schema s")
+    con.execute("create table s.t as select i, timestamp '2026-01-01' + to_days(i % 40) as timestamp "
+                "from range(4990) r(i)")
+    con.execute("create table s.u as select i from range(10) r(i)")
+
+    def entry_of(table: str) -> dict:
+        d = Dataset(table, f"internal/{table}", "internal", f"select * from {table}", ("i",))
+        planned, pending = plan(con, d, objects), {}
+        write_objects(con, planned, objects, {}, pending)
+        commit_objects(pending, objects)
+        return d, {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql,
+                   "content_hash": planned.content_hash,
+                   "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
+                             for p in planned.parts]}
+
+    d, entry = entry_of("s.t")
+    con.execute("insert into s.t values (5000, timestamp '2026-01-03 12:00')")
+    got = replan(con, d, objects, entry, {"2026-01-03"})  # month grain: January hashed again
+    assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in plan(con, d, objects).parts]
+    con.execute("insert into s.t select 6000 + i, timestamp '2026-03-01' from range(20) r(i)")  # over 5,000 rows
+    assert replan(con, d, objects, entry, {"2026-03-01"}) is None  # cut by day now: not the entry's cut
+    d, entry = entry_of("s.u")
+    assert replan(con, d, objects, entry, set()) is None  # no event time: one file, always hashed

@@ -26,7 +26,7 @@ from pathlib import Path
 import duckdb
 
 from transforms.classify import q
-from transforms.partitions import DAY, MONTH, UNDATED, partition_column, time_sql
+from transforms.partitions import DAY, MONTH, UNDATED, partition_column, span_sql, time_sql
 from transforms.sqlfiles import lit
 
 FORMAT = "flywheel-parquet/2"
@@ -141,8 +141,8 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
         return name[:-len(".parquet")].split("-", 1)[1]
 
     kept = [p for p in written.parts if when(p.name) not in names]
-    fresh = _hash_parts(con, dataset, columns, part_sql, objects,
-                        where=f"{time_sql(col, fmt)} in ({', '.join(lit(n) for n in names)})") if names else []
+    where = f"({span_sql(col, columns[col], names)}) and {time_sql(col, fmt)} in ({', '.join(lit(n) for n in names)})"
+    fresh = _hash_parts(con, dataset, columns, part_sql, objects, where=where) if names else []
     parts = sorted(kept + fresh, key=lambda p: p.name[:-len(".parquet")])  # as plan orders __part
     return Plan(dataset, entry["columns"], part_sql, parts) if parts else None
 

@@ -47,6 +47,9 @@ TABLES: dict[str, str] = {
                               "and, for built tables, the key of the inputs it was built from (dagster_project/versions.py).",
     "lineage.validated": "Private (never published): per table, the last validation: on which version, by which "
                          "run, passed or not (a table that did not change keeps that result).",
+    "lineage.table_changes": "Private (never published): per version of a table built incrementally, the version "
+                             "before it and the event days (as the snapshot cuts files) of every row the build "
+                             "deleted or inserted: the snapshot hashes only those days' files.",
     "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
                           "(detects rows updated or deleted anywhere in the table).",
     "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
@@ -182,6 +185,11 @@ TABLE_COLUMNS: dict[str, str] = {
                                         "a build is under way or for tables ingest writes.",
     "lineage.table_versions.run_id": "The run that made this version.",
     "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
+    "lineage.table_changes.table_name": "schema.table in the state database.",
+    "lineage.table_changes.version": "The version (lineage.table_versions) the build made.",
+    "lineage.table_changes.base_version": "The version the build started from.",
+    "lineage.table_changes.days": "YYYY-MM-DD (or 'undated') of every row deleted or inserted; a build that "
+                                  "cannot say records no row, and the next snapshot hashes the whole table.",
     "lineage.validated.table_name": "schema.table validated.",
     "lineage.validated.validation_key": "sha256 of the suites' code, the table's version and the run and clock dates.",
     "lineage.validated.run_id": "The run that validated it (its rows in ingest.validations are copied to later runs).",

@@ -20,7 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from pathlib import Path
 
 import duckdb
@@ -35,6 +37,9 @@ TIME_COLUMNS = ("interaction_timestamp", "example_timestamp", "timestamp", "quer
                 "recorded_at", "committed_at", "first_labeled_at", "first_seen", "day", "started_at",
                 "validated_at", "quarantined_at", "observed_at")
 DAY_GRAIN_ROWS = 5_000
+# A TIMESTAMPTZ's day is the one strftime prints in the session's zone; a range this much wider
+# than the UTC day holds it under any zone (offsets stay under a day).
+RANGE_SLACK = timedelta(days=2)
 # A partition's digest: its row count and two sums of 64-bit row hashes (DuckDB's hash() of every
 # column, and a hash of that), so it does not depend on row order and never serialises a row:
 # md5(to_json(row)) and sorting the hashes cost 28 s of a 1M-interaction publish. The DuckDB
@@ -113,6 +118,58 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     return f"'part-' || {when}"
 
 
+def rows_of(planned: Plan, names: Iterable[str]) -> str:
+    """The rows of the partitions ``names`` (``<prefix>-<when>``, no ``.parquet``): the partition
+    filter, and for day/month partitions also a range on the raw time column.
+
+    The range selects the same rows or more (the partition filter decides), but DuckDB can test
+    it against each row group's min/max and skip the old ones: a 1% append then reads its new row
+    groups instead of computing the partition name (and the projection) of every row.
+    """
+    names = sorted(set(names))
+    exact = f"{planned.part_sql} in ({', '.join(lit(n) for n in names)})"
+    near = _time_range(planned, names)
+    return f"{exact} and {near}" if near else exact
+
+
+def _time_range(planned: Plan, names: list[str]) -> str | None:
+    columns = {c["name"]: c["type"] for c in planned.columns}
+    col = partition_column(columns)
+    if col is None or f"strftime({q(col)}, " not in planned.part_sql:
+        return None
+    spans, undated = [], False
+    for name in names:
+        when = name.split("-", 1)[-1]
+        if when == "undated":  # strftime(NULL): the partition of rows without a time
+            undated = True
+            continue
+        try:
+            if len(when) == len("YYYY-MM-DD"):
+                lo = date.fromisoformat(when)
+                hi = lo + timedelta(days=1)
+            elif len(when) == len("YYYY-MM"):
+                lo = date.fromisoformat(f"{when}-01")
+                hi = (lo + timedelta(days=31)).replace(day=1)
+            else:
+                return None
+            spans.append((lo - RANGE_SLACK, hi + RANGE_SLACK))
+        except (ValueError, OverflowError):  # not a partition this module names: no shortcut
+            return None
+    merged: list[list[date]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    # the literal is cast to the column's type, so the comparison is on the stored column
+    # (TIMESTAMP, TIMESTAMPTZ, DATE…) and can use its zone maps
+    typed = columns[col]
+    terms = [f"({q(col)} >= cast({lit(lo)} as {typed}) and {q(col)} < cast({lit(hi)} as {typed}))" for lo, hi in merged]
+    if undated:
+        terms.append(f"{q(col)} is null")
+    return f"({' or '.join(terms)})" if terms else None
+
+
 def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Plan:
     """Hash every partition of ``dataset``; mark those whose object exists as reused."""
     described = con.execute(f"describe {dataset.select}").fetchall()
@@ -164,18 +221,17 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
     columns = {c["name"]: c["type"] for c in planned.columns}
     order = [c for c in dataset.order if c in columns] + [c for c in columns if c not in dataset.order]
     order_sql = ", ".join(f"{q(c)} asc nulls first" for c in order)
-    part_sql = planned.part_sql
     options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
     missing = [p for p in planned.parts if p.key not in pending
                and not (p.reused and (planned.from_manifest or (objects / f"{p.key}.parquet").exists()))]
-    source, sort = f"({dataset.select})", f"order by {order_sql}"
+    source, sort, pick = f"({dataset.select})", f"order by {order_sql}", "*"
     if len(missing) > 1:
         # One pass over the projection instead of one per partition, stored sorted by partition so
         # each partition's COPY reads only its own row groups (zone maps) instead of the whole table.
-        names = ", ".join(lit(p.name[:-len(".parquet")]) for p in missing)
-        con.execute(f"create or replace temp table __fw_rows as select * from (select *, {part_sql} as __part "
-                    f"from ({dataset.select})) where __part in ({names}) order by __part, {order_sql}")
-        source, part_sql = "__fw_rows", "__part"
+        where = rows_of(planned, [p.name[:-len(".parquet")] for p in missing])
+        con.execute(f"create or replace temp table __fw_rows as select *, {planned.part_sql} as __part "
+                    f"from ({dataset.select}) where {where} order by __part, {order_sql}")
+        source, pick = "__fw_rows", "* exclude (__part)"
         if con.execute("select current_setting('preserve_insertion_order')").fetchone()[0]:
             sort = ""  # a scan returns the rows in the order they were inserted: sorted already
     try:
@@ -190,9 +246,14 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
                     part.sha256 = known.get(part.key) or sha256_file(target)
                 continue
             tmp = objects / f".tmp-{os.getpid()}-{part.key}.parquet"
-            where = f"where {part_sql} = {lit(part.name[:-len('.parquet')])}" if part.rows else "where false"
-            select = "* exclude (__part)" if source == "__fw_rows" else "*"
-            con.execute(f"copy (select {select} from {source} {where} {sort}) "
+            name = part.name[:-len(".parquet")]
+            if not part.rows:
+                where = "false"
+            elif source == "__fw_rows":
+                where = f"__part = {lit(name)}"
+            else:
+                where = rows_of(planned, [name])
+            con.execute(f"copy (select {pick} from {source} where {where} {sort}) "
                         f"to {lit(tmp)} ({options})")
             part.sha256, part.bytes = verify_written(tmp, part.rows, f"{dataset.table}: {part.name}")
             part.reused = False

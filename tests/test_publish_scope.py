@@ -5,6 +5,8 @@ loses a row, whatever the column's type, grain, time zone or NULLs. Real DuckDB,
 from __future__ import annotations
 
 import re
+import hashlib
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from dagster_project.engine import ensure_schema
 from dagster_project.publishing import PublishError, publish_snapshot, verify_snapshot
 from dagster_project.publishing.parquet import Dataset, Plan, partition_sql, rows_of
 from dagster_project.publishing.snapshot import RUN_LOG
+from transforms.classify import q
 
 KEY = b"test-key"
 TYPES = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "DATE", "TIMESTAMP_NS")
@@ -180,3 +183,48 @@ def test_a_raw_id_in_a_new_undated_partition_blocks_the_publish(tmp_path):
     with pytest.raises(PublishError, match=r"\(analytics/daily.note: 1 rows\); nothing was published"):
         publish(db, tmp_path, "second")
     assert verify_snapshot(tmp_path / "exports")["version"] == first.version
+
+
+# ---------------------------------------------------------------------------------------------
+# hashing per day, naming per partition: the same partitions, rows and keys as per row
+# ---------------------------------------------------------------------------------------------
+
+def per_row_digests(con, dataset: Dataset, part_sql: str) -> list[tuple]:
+    """The partition digests as the publisher computed them before (strftime on every row)."""
+    columns = [r[0] for r in con.execute(f"describe {dataset.select}").fetchall()]
+    return con.execute(
+        f"select __part, count(*)::bigint, count(*)::varchar || ':' || sum(__h)::varchar || ':' || "
+        f"sum(hash(__h, 'fw'))::varchar from (select {part_sql} as __part, hash({', '.join(q(c) for c in columns)}) "
+        f"as __h from ({dataset.select})) group by __part order by __part").fetchall()
+
+
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(type_=st.sampled_from(TYPES), zone=st.sampled_from(ZONES), training=st.booleans(),
+       rows=st.lists(st.tuples(INSTANTS, st.sampled_from(["train", "eval", None])), max_size=30),
+       big=st.booleans())
+def test_hashing_per_day_gives_the_partitions_rows_and_keys_of_hashing_per_row(type_, zone, training, rows, big):
+    from dagster_project.publishing import parquet
+
+    con = duckdb.connect()
+    con.execute(f"set TimeZone = '{zone}'")
+    con.execute(f"create table t (id integer, ts {type_}, split varchar)")
+    if rows:
+        con.executemany("insert into t values (?, ?, ?)", [[i, None if x is None else x.replace(tzinfo=timezone.utc), s]
+                                                           for i, (x, s) in enumerate(rows)])
+    dataset = Dataset(table="t", path="t", kind="training" if training else "analytics", select="select * from t",
+                      order=("id",))
+    grain = parquet.DAY_GRAIN_ROWS
+    try:
+        if big:  # cut by day as a table over DAY_GRAIN_ROWS is
+            parquet.DAY_GRAIN_ROWS = -1
+        got = parquet.plan(con, dataset, Path("/nonexistent"))
+    finally:
+        parquet.DAY_GRAIN_ROWS = grain
+    expected = per_row_digests(con, dataset, got.part_sql) or [(
+        "train-empty" if training else "part-empty", 0, "")]
+    schema = json.dumps([[c["name"], c["type"]] for c in got.columns])
+    assert [(p.name, p.rows, p.key) for p in got.parts] == [
+        (f"{name}.parquet", n, hashlib.sha256(
+            f"{parquet.FORMAT}|{duckdb.__version__}|{schema}|{dataset.order}|{digest}".encode()).hexdigest())
+        for name, n, digest in expected]
+    assert ("%Y-%m-%d" in got.part_sql) == big

@@ -44,8 +44,9 @@ RANGE_SLACK = timedelta(days=1)
 # A partition's digest: its row count and two sums of 64-bit row hashes (DuckDB's hash() of every
 # column, and a hash of that), so it does not depend on row order and never serialises a row:
 # md5(to_json(row)) and sorting the hashes cost 28 s of a 1M-interaction publish. The DuckDB
-# version is part of the object key, since hash() is only stable within one version.
-ROW_DIGEST = "count(*)::varchar || ':' || sum(__h)::varchar || ':' || sum(hash(__h, 'fw'))::varchar"
+# version is part of the object key, since hash() is only stable within one version. The sums
+# are summed again per partition (over its days), which leaves them as they were.
+ROW_DIGEST = "sum(__n)::varchar || ':' || sum(__s)::varchar || ':' || sum(__t)::varchar"
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,12 @@ def partition_column(columns: dict[str, str]) -> str | None:
     return next((c for c in columns if is_time(c)), None)
 
 
+def partition_inputs(dataset: Dataset, columns: dict[str, str]) -> list[str]:
+    """The columns ``partition_sql`` reads: the event time and, for training sets, the split."""
+    col = partition_column(columns)
+    return ([col] if col else []) + (["split"] if dataset.kind == "training" and "split" in columns else [])
+
+
 def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     """The file name (without ``.parquet``) each row goes to.
 
@@ -113,7 +120,7 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
         when = f"coalesce(strftime({q(col)}, '{fmt}'), 'undated')"
     else:
         when = "'all'"
-    if dataset.kind == "training" and "split" in columns:
+    if "split" in partition_inputs(dataset, columns):
         # HF maps train-* to the train split and test-* to test (our eval split).
         return f"(case when split = 'eval' then 'test' else 'train' end) || '-' || {when}"
     return f"'part-' || {when}"
@@ -180,10 +187,17 @@ def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Pla
     schema = json.dumps([[c, t] for c, t in columns.items()])
     total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
     part_sql = partition_sql(dataset, columns, total)
+    # Rows are hashed and summed per day (and split) first, the partition named per day after:
+    # strftime once per day instead of once per row (a quarter of the hashing). A day is within
+    # one partition: the cast to DATE is in the session's zone, as strftime prints a TIMESTAMPTZ.
+    inputs = partition_inputs(dataset, columns)
+    time_col = partition_column(columns)
+    keys = [f"{q(c)}::date as {q(c)}" if c == time_col else q(c) for c in inputs]
+    per_day = ", ".join([*(q(c) for c in inputs), "count(*) as __n", "sum(__h) as __s", "sum(hash(__h, 'fw')) as __t"])
     rows = con.execute(
-        f"select __part, count(*)::bigint, {ROW_DIGEST} from (select {part_sql} as __part, "
-        f"hash({', '.join(q(c) for c in columns)}) as __h from ({dataset.select})) "
-        "group by __part order by __part").fetchall()
+        f"select {part_sql} as __part, sum(__n)::bigint, {ROW_DIGEST} from (select {per_day} from ("
+        f"select {', '.join(keys)}{', ' if keys else ''}hash({', '.join(q(c) for c in columns)}) as __h "
+        f"from ({dataset.select})) group by all having count(*) > 0) group by __part order by __part").fetchall()
     result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql)
     if not rows:  # an empty table still has a schema: one empty file
         rows = [("train-empty" if dataset.kind == "training" else "part-empty", 0, "")]

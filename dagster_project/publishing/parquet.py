@@ -9,7 +9,8 @@ serialisation), and that digest — with the schema and sort order — names the
 object ``.objects/<key>.parquet``. An object that exists already is hard-linked into the new
 snapshot; only missing ones are written (to a temp name, verified from the bytes hashed; then
 all of a publish's new files are fsynced in one pass and renamed, so an object file is complete
-or absent). Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging
+or absent). Their rows are read through a range on the raw time column as well as their names
+(``rows_of``), so DuckDB skips the old row groups instead of naming every row's partition. Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging
 Face convention; our ``eval`` split is HF's ``test``).
 
 Nothing here imports Dagster.

@@ -127,16 +127,17 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     return f"'part-' || {when}"
 
 
-def rows_of(planned: Plan, names: Iterable[str]) -> str:
+def rows_of(planned: Plan, names: Iterable[str], named: str | None = None) -> str:
     """The rows of the partitions ``names`` (``<prefix>-<when>``, no ``.parquet``): the partition
-    filter, and for day/month partitions also a range on the raw time column.
+    filter, and for day/month partitions also a range on the raw time column. ``named``: a column
+    already holding each row's partition name (else the partition expression is used).
 
     The range selects the same rows or more (the partition filter decides), but DuckDB can test
     it against each row group's min/max and skip the old ones: a 1% append then reads its new row
     groups instead of computing the partition name (and the projection) of every row.
     """
     names = sorted(set(names))
-    exact = f"{planned.part_sql} in ({', '.join(lit(n) for n in names)})"
+    exact = f"{named or planned.part_sql} in ({', '.join(lit(n) for n in names)})"
     near = _time_range(planned, names)
     return f"{exact} and {near}" if near else exact
 
@@ -244,9 +245,10 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
     if len(missing) > 1:
         # One pass over the projection instead of one per partition, stored sorted by partition so
         # each partition's COPY reads only its own row groups (zone maps) instead of the whole table.
-        where = rows_of(planned, [p.name[:-len(".parquet")] for p in missing])
-        con.execute(f"create or replace temp table __fw_rows as select *, {planned.part_sql} as __part "
-                    f"from ({dataset.select}) where {where} order by __part, {order_sql}")
+        # (the partition is named once per row: the filter reads the computed __part)
+        where = rows_of(planned, [p.name[:-len(".parquet")] for p in missing], named="__part")
+        con.execute(f"create or replace temp table __fw_rows as select * from (select *, {planned.part_sql} as __part "
+                    f"from ({dataset.select})) where {where} order by __part, {order_sql}")
         source, pick = "__fw_rows", "* exclude (__part)"
         if con.execute("select current_setting('preserve_insertion_order')").fetchone()[0]:
             sort = ""  # a scan returns the rows in the order they were inserted: sorted already

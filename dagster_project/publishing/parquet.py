@@ -10,8 +10,9 @@ object ``.objects/<key>.parquet``. An object that exists already is hard-linked 
 snapshot; only missing ones are written (to a temp name, verified from the bytes hashed; then
 all of a publish's new files are fsynced in one pass and renamed, so an object file is complete
 or absent). Their rows are read through a range on the raw time column as well as their names
-(``rows_of``), so DuckDB skips the old row groups instead of naming every row's partition. Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging
-Face convention; our ``eval`` split is HF's ``test``).
+(``rows_of``), so DuckDB skips the old row groups instead of naming every row's partition.
+Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging Face
+convention; our ``eval`` split is HF's ``test``).
 
 Nothing here imports Dagster.
 """
@@ -137,7 +138,7 @@ def rows_of(planned: Plan, names: Iterable[str], named: str | None = None) -> st
     groups instead of computing the partition name (and the projection) of every row.
     """
     names = sorted(set(names))
-    exact = f"{named or planned.part_sql} in ({', '.join(lit(n) for n in names)})"
+    exact = f"({named or planned.part_sql}) in ({', '.join(lit(n) for n in names)})"
     near = _time_range(planned, names)
     return f"{exact} and {near}" if near else exact
 
@@ -194,12 +195,13 @@ def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Pla
     # one partition: the cast to DATE is in the session's zone, as strftime prints a TIMESTAMPTZ.
     inputs = partition_inputs(dataset, columns)
     time_col = partition_column(columns)
-    keys = [f"{q(c)}::date as {q(c)}" if c == time_col else q(c) for c in inputs]
-    per_day = ", ".join([*(q(c) for c in inputs), "count(*) as __n", "sum(__h) as __s", "sum(hash(__h, 'fw')) as __t"])
+    per_day = [f"{q(c)}::date as {q(c)}" if c == time_col else q(c) for c in inputs]
+    hashed = [q(c) for c in inputs] + [f"hash({', '.join(q(c) for c in columns)}) as __h"]
     rows = con.execute(
-        f"select {part_sql} as __part, sum(__n)::bigint, {ROW_DIGEST} from (select {per_day} from ("
-        f"select {', '.join(keys)}{', ' if keys else ''}hash({', '.join(q(c) for c in columns)}) as __h "
-        f"from ({dataset.select})) group by all having count(*) > 0) group by __part order by __part").fetchall()
+        f"select {part_sql} as __part, sum(__n)::bigint, {ROW_DIGEST} from ("
+        f"select {', '.join(per_day + ['count(*) as __n', 'sum(__h) as __s', 'sum(hash(__h, ' + lit('fw') + ')) as __t'])} "
+        f"from (select {', '.join(hashed)} from ({dataset.select})) group by all having count(*) > 0) "
+        "group by __part order by __part").fetchall()
     result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql)
     if not rows:  # an empty table still has a schema: one empty file
         rows = [("train-empty" if dataset.kind == "training" else "part-empty", 0, "")]

@@ -147,32 +147,3 @@ def test_replan_refuses_what_it_cannot_tell(tmp_path):
     d, entry = entry_of("s.u")
     assert replan(con, d, objects, entry, set()) is None  # no event time: one file, always hashed
 
-
-@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
-@pytest.mark.parametrize("kind, values", [
-    ("TIMESTAMP WITH TIME ZONE", "timestamptz '2026-03-01 00:00:00+00' + to_minutes(i * 37)"),
-    ("TIMESTAMP", "timestamp '2026-03-01' + to_minutes(i * 37)"),
-    ("DATE", "date '2026-03-01' + (i // 50)::int")])
-def test_the_span_of_days_or_months_holds_every_row_of_them_in_any_time_zone(zone, kind, values):
-    """``span_sql`` (zone maps) AND the exact day test selects exactly the rows of the exact test,
-    across a DST change (March in New York) and with undated rows."""
-    from hypothesis import given, settings as hsettings, strategies as st
-
-    from transforms.partitions import DAY, MONTH, span_sql, time_sql
-
-    con = duckdb.connect()
-    con.execute(f"set TimeZone = '{zone}'")
-    con.execute(f"create table t as select case when i % 97 = 0 then null else {values} end as c from range(20000) r(i)")
-    assert con.execute("select typeof(c) from t where c is not null limit 1").fetchone()[0].upper() == kind
-
-    @hsettings(max_examples=40, deadline=None)
-    @given(fmt=st.sampled_from([DAY, MONTH]), data=st.data())
-    def check(fmt, data):
-        every = sorted(r[0] for r in con.execute(f"select distinct {time_sql('c', fmt)} from t").fetchall())
-        names = data.draw(st.lists(st.sampled_from(every), min_size=1, max_size=4, unique=True))
-        listed = ", ".join(f"'{n}'" for n in names)
-        exact = f"{time_sql('c', fmt)} in ({listed})"
-        assert con.execute(f"select count(*) from t where ({span_sql('c', kind, names)}) and {exact}").fetchone() == \
-            con.execute(f"select count(*) from t where {exact}").fetchone()
-
-    check()

@@ -36,23 +36,3 @@ def time_sql(column: str, fmt: str = DAY, alias: str | None = None) -> str:
     ref = f"{alias}.{q(column)}" if alias else q(column)
     return f"coalesce(strftime({ref}, '{fmt}'), '{UNDATED}')"
 
-
-def span_sql(column: str, kind: str, names: list[str]) -> str:
-    """A predicate on ``column`` itself (of DuckDB type ``kind``) true of every row whose
-    ``time_sql`` is one of ``names`` (days, months or ``undated``): one range from the first to
-    the last, which DuckDB checks against each row group's min/max and skips the rest, where
-    ``time_sql`` alone would read every row. A superset: AND it with the exact test. Literals
-    without an offset are read in the connection's time zone, as ``strftime`` is."""
-    dated = sorted(n for n in names if n != UNDATED)
-    spans = []
-    if dated:
-        literal = "date" if kind.upper() == "DATE" else (
-            "timestamptz" if "TIME ZONE" in kind.upper() else "timestamp")
-        first, last = dated[0], dated[-1]
-        lo = first if len(first) == 10 else f"{first}-01"
-        hi = (f"({literal} '{last}' + interval 1 day)" if len(last) == 10
-              else f"({literal} '{last}-01' + interval 1 month)")
-        spans.append(f"({q(column)} >= {literal} '{lo}' and {q(column)} < {hi})")
-    if UNDATED in names:
-        spans.append(f"{q(column)} is null")
-    return " or ".join(spans) or "false"

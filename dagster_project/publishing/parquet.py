@@ -9,8 +9,13 @@ serialisation), and that digest — with the schema and sort order — names the
 object ``.objects/<key>.parquet``. An object that exists already is hard-linked into the new
 snapshot; only missing ones are written (to a temp name, verified from the bytes hashed; then
 all of a publish's new files are fsynced in one pass and renamed, so an object file is complete
-or absent). Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging
-Face convention; our ``eval`` split is HF's ``test``).
+or absent). Their rows are read through a range on the raw time column as well as their names
+(``rows_of``), so DuckDB skips the old row groups instead of naming every row's partition.
+When the builds since the last snapshot said on which event days they changed rows
+(``versions.changed_days``), only those days' rows are hashed and the other files are the last
+manifest's (``replan``).
+Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging Face
+convention; our ``eval`` split is HF's ``test``).
 
 Nothing here imports Dagster.
 """
@@ -20,23 +25,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from pathlib import Path
 
 import duckdb
 
 from transforms.classify import q
-from transforms.partitions import DAY, MONTH, UNDATED, partition_column, span_sql, time_sql
+from transforms.partitions import DAY, MONTH, UNDATED, partition_column, time_sql
 from transforms.sqlfiles import lit
 
 FORMAT = "flywheel-parquet/2"
 ROW_GROUP_ROWS = 100_000
 DAY_GRAIN_ROWS = 5_000
+# The range's bounds are cast in the session's zone, as strftime prints a TIMESTAMPTZ, so a day's
+# range holds its rows exactly; the slack keeps it a superset should the two ever disagree (the
+# partition name still decides), at the cost of a few more rows read.
+RANGE_SLACK = timedelta(days=1)
 # A partition's digest: its row count and two sums of 64-bit row hashes (DuckDB's hash() of every
 # column, and a hash of that), so it does not depend on row order and never serialises a row:
 # md5(to_json(row)) and sorting the hashes cost 28 s of a 1M-interaction publish. The DuckDB
-# version is part of the object key, since hash() is only stable within one version.
-ROW_DIGEST = "count(*)::varchar || ':' || sum(__h)::varchar || ':' || sum(hash(__h, 'fw'))::varchar"
+# version is part of the object key, since hash() is only stable within one version. The sums
+# are summed again per partition (over its days), which leaves them as they were.
+ROW_DIGEST = "sum(__n)::varchar || ':' || sum(__s)::varchar || ':' || sum(__t)::varchar"
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,12 @@ class Plan:
         return hashlib.sha256(json.dumps([[p.name, p.key] for p in self.parts]).encode()).hexdigest()
 
 
+def partition_inputs(dataset: Dataset, columns: dict[str, str]) -> list[str]:
+    """The columns ``partition_sql`` reads: the event time and, for training sets, the split."""
+    col = partition_column(columns)
+    return ([col] if col else []) + (["split"] if dataset.kind == "training" and "split" in columns else [])
+
+
 def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
     """The file name (without ``.parquet``) each row goes to.
 
@@ -93,7 +111,7 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
         when = time_sql(col, _grain(rows))
     else:
         when = "'all'"
-    if dataset.kind == "training" and "split" in columns:
+    if "split" in partition_inputs(dataset, columns):
         # HF maps train-* to the train split and test-* to test (our eval split).
         return f"(case when split = 'eval' then 'test' else 'train' end) || '-' || {when}"
     return f"'part-' || {when}"
@@ -101,6 +119,60 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
 
 def _grain(rows: int) -> str:
     return DAY if rows > DAY_GRAIN_ROWS else MONTH
+
+
+def rows_of(planned: Plan, names: Iterable[str], named: str | None = None) -> str:
+    """The rows of the partitions ``names`` (``<prefix>-<when>``, no ``.parquet``): the partition
+    filter, and for day/month partitions also a range on the raw time column. ``named``: a column
+    already holding each row's partition name (else the partition expression is used).
+
+    The range selects the same rows or more (the partition filter decides), but DuckDB can test
+    it against each row group's min/max and skip the old ones: a 1% append then reads its new row
+    groups instead of computing the partition name (and the projection) of every row.
+    """
+    names = sorted(set(names))
+    exact = f"({named or planned.part_sql}) in ({', '.join(lit(n) for n in names)})"
+    near = _time_range({c["name"]: c["type"] for c in planned.columns}, planned.part_sql,
+                       [name.split("-", 1)[-1] for name in names])
+    return f"{exact} and {near}" if near else exact
+
+
+def _time_range(columns: dict[str, str], part_sql: str, whens: list[str]) -> str | None:
+    """A range on the raw time column holding the rows of every day or month of ``whens``
+    (``undated``: NULL), or None when the partitions are not cut by time."""
+    col = partition_column(columns)
+    if col is None or f"strftime({q(col)}, " not in part_sql:
+        return None
+    spans, undated = [], False
+    for when in whens:
+        if when == UNDATED:  # strftime(NULL): the partition of rows without a time
+            undated = True
+            continue
+        try:
+            if len(when) == len("YYYY-MM-DD"):
+                lo = date.fromisoformat(when)
+                hi = lo + timedelta(days=1)
+            elif len(when) == len("YYYY-MM"):
+                lo = date.fromisoformat(f"{when}-01")
+                hi = (lo + timedelta(days=31)).replace(day=1)
+            else:
+                return None
+            spans.append((lo - RANGE_SLACK, hi + RANGE_SLACK))
+        except (ValueError, OverflowError):  # not a partition this module names: no shortcut
+            return None
+    merged: list[list[date]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    # the literal is cast to the column's type, so the comparison is on the stored column
+    # (TIMESTAMP, TIMESTAMPTZ, DATE…) and can use its zone maps
+    typed = columns[col]
+    terms = [f"({q(col)} >= cast({lit(lo)} as {typed}) and {q(col)} < cast({lit(hi)} as {typed}))" for lo, hi in merged]
+    if undated:
+        terms.append(f"{q(col)} is null")
+    return f"({' or '.join(terms)})" if terms else None
 
 
 def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Plan:
@@ -141,7 +213,8 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
         return name[:-len(".parquet")].split("-", 1)[1]
 
     kept = [p for p in written.parts if when(p.name) not in names]
-    where = f"({span_sql(col, columns[col], names)}) and {time_sql(col, fmt)} in ({', '.join(lit(n) for n in names)})"
+    near = _time_range(columns, part_sql, names)  # zone maps skip the other days' row groups
+    where = f"{time_sql(col, fmt)} in ({', '.join(lit(n) for n in names)})" + (f" and {near}" if near else "")
     fresh = _hash_parts(con, dataset, columns, part_sql, objects, where=where) if names else []
     parts = sorted(kept + fresh, key=lambda p: p.name[:-len(".parquet")])  # as plan orders __part
     return Plan(dataset, entry["columns"], part_sql, parts) if parts else None
@@ -160,10 +233,18 @@ def _hash_parts(con: duckdb.DuckDBPyConnection, dataset: Dataset, columns: dict[
     """The partitions of the rows ``where`` selects, each named by its content (``empty``: one
     partition of that name and no rows); an object already stored is marked reused."""
     schema = json.dumps([[c, t] for c, t in columns.items()])
+    # Rows are hashed and summed per day (and split) first, the partition named per day after:
+    # strftime once per day instead of once per row (a quarter of the hashing). A day is within
+    # one partition: the cast to DATE is in the session's zone, as strftime prints a TIMESTAMPTZ.
+    inputs = partition_inputs(dataset, columns)
+    time_col = partition_column(columns)
+    per_day = [f"{q(c)}::date as {q(c)}" if c == time_col else q(c) for c in inputs]
+    hashed = [q(c) for c in inputs] + [f"hash({', '.join(q(c) for c in columns)}) as __h"]
     rows = [(empty, 0, "")] if empty else con.execute(
-        f"select __part, count(*)::bigint, {ROW_DIGEST} from (select {part_sql} as __part, "
-        f"hash({', '.join(q(c) for c in columns)}) as __h from ({dataset.select})"
-        f"{f' where {where}' if where else ''}) group by __part order by __part").fetchall()
+        f"select {part_sql} as __part, sum(__n)::bigint, {ROW_DIGEST} from ("
+        f"select {', '.join(per_day + ['count(*) as __n', 'sum(__h) as __s', 'sum(hash(__h, ' + lit('fw') + ')) as __t'])} "
+        f"from (select {', '.join(hashed)} from ({dataset.select}){f' where {where}' if where else ''}) "
+        "group by all having count(*) > 0) group by __part order by __part").fetchall()
     parts = []
     for part, n, digest in rows:
         key = hashlib.sha256(f"{FORMAT}|{duckdb.__version__}|{schema}|{dataset.order}|{digest}".encode()).hexdigest()
@@ -199,18 +280,18 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
     columns = {c["name"]: c["type"] for c in planned.columns}
     order = [c for c in dataset.order if c in columns] + [c for c in columns if c not in dataset.order]
     order_sql = ", ".join(f"{q(c)} asc nulls first" for c in order)
-    part_sql = planned.part_sql
     options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
     missing = [p for p in planned.parts if p.key not in pending
                and not (p.reused and (planned.from_manifest or (objects / f"{p.key}.parquet").exists()))]
-    source, sort = f"({dataset.select})", f"order by {order_sql}"
+    source, sort, pick = f"({dataset.select})", f"order by {order_sql}", "*"
     if len(missing) > 1:
         # One pass over the projection instead of one per partition, stored sorted by partition so
         # each partition's COPY reads only its own row groups (zone maps) instead of the whole table.
-        names = ", ".join(lit(p.name[:-len(".parquet")]) for p in missing)
-        con.execute(f"create or replace temp table __fw_rows as select * from (select *, {part_sql} as __part "
-                    f"from ({dataset.select})) where __part in ({names}) order by __part, {order_sql}")
-        source, part_sql = "__fw_rows", "__part"
+        # (the partition is named once per row: the filter reads the computed __part)
+        where = rows_of(planned, [p.name[:-len(".parquet")] for p in missing], named="__part")
+        con.execute(f"create or replace temp table __fw_rows as select * from (select *, {planned.part_sql} as __part "
+                    f"from ({dataset.select})) where {where} order by __part, {order_sql}")
+        source, pick = "__fw_rows", "* exclude (__part)"
         if con.execute("select current_setting('preserve_insertion_order')").fetchone()[0]:
             sort = ""  # a scan returns the rows in the order they were inserted: sorted already
     try:
@@ -225,9 +306,14 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
                     part.sha256 = known.get(part.key) or sha256_file(target)
                 continue
             tmp = objects / f".tmp-{os.getpid()}-{part.key}.parquet"
-            where = f"where {part_sql} = {lit(part.name[:-len('.parquet')])}" if part.rows else "where false"
-            select = "* exclude (__part)" if source == "__fw_rows" else "*"
-            con.execute(f"copy (select {select} from {source} {where} {sort}) "
+            name = part.name[:-len(".parquet")]
+            if not part.rows:
+                where = "false"
+            elif source == "__fw_rows":
+                where = f"__part = {lit(name)}"
+            else:
+                where = rows_of(planned, [name])
+            con.execute(f"copy (select {pick} from {source} where {where} {sort}) "
                         f"to {lit(tmp)} ({options})")
             part.sha256, part.bytes = verify_written(tmp, part.rows, f"{dataset.table}: {part.name}")
             part.reused = False

@@ -393,7 +393,7 @@ def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> Non
         new = [p.name[:-len(".parquet")] for p in planned.parts if not p.reused and p.rows]
         text = [c["name"] for c in planned.columns if c["type"] == "VARCHAR"]
         if planned.dataset.shared and new and text:
-            checked.append((path, planned, text, f"{planned.part_sql} in ({', '.join(lit(n) for n in new)})"))
+            checked.append((path, planned, text, parquet.rows_of(planned, new)))
     if not id_columns or not checked:
         return
     candidates = " union ".join(

@@ -25,10 +25,13 @@ from dagster_project.metadata import count, preview
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
 from dagster_project.validation import apply_drops, carry_exclusions, record_validations, validate_table
+from transforms.delta import Built
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
-Builder = Callable[[duckdb.DuckDBPyConnection, FlywheelResource, dg.AssetExecutionContext], dict[str, int]]
+# Returns its tables' row counts, or a ``Built`` with the scope of each table it changed
+# incrementally (then validation and the drop checks look at what it wrote).
+Builder = Callable[[duckdb.DuckDBPyConnection, FlywheelResource, dg.AssetExecutionContext], Built | dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -175,10 +178,17 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             built_by = {table: versions.get(con, table) for table in spec.tables}
             for table in spec.tables:  # a build that fails half-way must not look current
                 versions.invalidate(con, table)
-            counts = spec.build(con, flywheel, context)
+            built = spec.build(con, flywheel, context)
+            built = built if isinstance(built, Built) else Built(dict(built))
+            counts = built.rows
+            # a scope stands for "every row outside it was validated clean": only when the last
+            # validation of the version the build started from passed with a row baseline
+            scopes = {table: scope for table, scope in built.scopes.items()
+                      if table in built_by and baseline_covers(con, table, built_by[table])}
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)
-            drops = {table: apply_drops(con, table, run_id=context.run_id) for table in spec.tables}
+            drops = {table: apply_drops(con, table, run_id=context.run_id, scope=scopes.get(table))
+                     for table in spec.tables}
             # an incremental build leaves earlier exclusions out of the table: they still count
             carried = {table: carry_exclusions(con, table, run_id=context.run_id,
                                                previous_run=before.run_id if before else None)
@@ -199,6 +209,8 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         **extra.get(table, {}),
                     },
                 )
-            yield from gx_check_results(con, spec.tables, context.run_id)
+            checks = gx_check_results(con, spec.tables, context.run_id, row_scopes=scopes)
+            built.release(con)
+            yield from checks
 
     return _build

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,28 @@ import duckdb
 from transforms.sqlfiles import sql_text
 
 SCHEMA = "lineage"
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a builder made: rows per table and, per table it changed incrementally, a scope.
+
+    ``scopes[table]`` is a SQL predicate over the table (alias ``base``) that every row the build
+    inserted or changed satisfies: a row outside it was in the table before the build (untouched;
+    rows may have been deleted). Validation and drop checks then look at the scope only when the
+    table before the build was validated clean. A table rebuilt whole has no scope.
+    ``temp_tables``: the temp tables the scopes read, on the build's connection; they must live
+    until the table was validated, then be dropped (:meth:`release`).
+    """
+
+    rows: dict[str, int]
+    scopes: dict[str, str] = field(default_factory=dict)
+    temp_tables: tuple[str, ...] = ()
+
+    def release(self, con: duckdb.DuckDBPyConnection) -> None:
+        for name in self.temp_tables:
+            con.execute(f"drop table if exists temp.main.{name}")
+
 WATERMARKS = f"{SCHEMA}.mart_watermarks"
 FINGERPRINT = "hash(observed_seq, path, byte_offset, line_number, deleted_at_source)"
 FINGERPRINT_COLUMNS = ("observed_seq", "path", "byte_offset", "line_number", "deleted_at_source")

@@ -34,6 +34,10 @@ LABEL_BUILDS = "lineage.label_builds"
 # The interactions each incremental build re-decided: the training sets' delta.
 LABEL_CHANGES = "lineage.label_changes"
 KEEP_BUILDS = 64  # change lists kept; a consumer further behind rebuilds whole
+# What an incremental build deletes and inserts again, table by table: no row outside is written.
+TOUCHED = "in (select key from fw_touched_interactions)"
+SCOPES = {"marts.interaction_labels": f"base.interaction_id {TOUCHED}",
+          "marts.orphan_feedback": f"base.record_id {TOUCHED}"}
 
 
 def sql_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -79,8 +83,9 @@ def check_days(name: str, value: int | None) -> int | None:
 table_exists = delta.table_exists
 
 
-def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) -> dict[str, int]:
-    """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``; row counts by table.
+def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) -> delta.Built:
+    """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``: row counts by table and,
+    when incremental, each table's scope (the touched interactions, ``fw_touched_interactions``).
 
     ``incremental``: re-decide only the touched interactions when the last build's watermark
     allows it (the result is the same as a whole build; ``False`` forces a whole build).
@@ -106,14 +111,13 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
                         "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
                         [state["feedback_seq"]])
-            scope = "in (select key from fw_touched_interactions)"
-            con.execute(f"delete from marts.interaction_labels where interaction_id {scope}")
-            con.execute(f"delete from marts.orphan_feedback where record_id {scope}")
+            for table, scope in SCOPES.items():
+                con.execute(f"delete from {table} as base where {scope}")
             for name in LABEL_SQL:
                 insert_sql(con, name, {"all": False})
-            con.execute(f"delete from {LABEL_INPUTS} where id {scope}")
+            con.execute(f"delete from {LABEL_INPUTS} where id {TOUCHED}")
             con.execute(f"insert into {LABEL_INPUTS} select id, {delta.FINGERPRINT} from staging.interactions "
-                        f"where id {scope}")
+                        f"where id {TOUCHED}")
         else:
             delta.temp_keys(con, "fw_touched_interactions")
             for name in LABEL_SQL:
@@ -129,7 +133,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     except BaseException:
         con.execute("rollback")
         raise
-    return counts
+    return delta.Built(counts, SCOPES, ("fw_touched_interactions",)) if usable else delta.Built(counts)
 
 
 def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> None:

@@ -40,6 +40,16 @@ PROMPT_KEYS = "lineage.prompt_keys"
 WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
 WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
 
+# What _build_incremental deletes and inserts again, table by table: no row outside is written.
+TOUCHED = ("fw_touched_interactions", "fw_touched_weighted", "fw_touched_groups")
+SCOPES = {
+    "exports.sft": "base.interaction_id in (select key from fw_touched_interactions)",
+    "exports.kto": "(base.origin = 'interaction' and base.example_id in (select key from fw_touched_interactions)) "
+                   "or (base.origin <> 'interaction' and base.example_id in (select key from fw_touched_weighted))",
+    "exports.dpo": "base.prompt_group in (select key from fw_touched_groups)",
+    "exports.weighted": "base.content_hash in (select key from fw_touched_weighted)",
+}
+
 # The public contract (SPEC 5), in order; extra provenance columns follow in each table.
 PUBLIC_COLUMNS = {
     "sft": ["prompt", "completion", "sample_weight", "split", "interaction_id"],
@@ -58,8 +68,9 @@ def build_training_sets(
     dpo_max_pairs: int | None = DEFAULT_DPO_MAX_PAIRS,
     retention_days: Mapping[str, int | None] | None = None,
     incremental: bool = True,
-) -> dict[str, int]:
-    """Build ``exports.{sft,kto,dpo,weighted}``; row counts by table.
+) -> delta.Built:
+    """Build ``exports.{sft,kto,dpo,weighted}``: row counts by table and, when incremental, each
+    table's scope (its rows of the touched interactions, weighted examples and DPO groups).
 
     ``retention_days`` maps ``interactions`` / ``weighted_queue`` / ``weighted_ratings`` to a
     number of days counted back from ``as_of`` 00:00 UTC (missing or ``None``: keep all).
@@ -115,7 +126,8 @@ def build_training_sets(
     except BaseException:
         con.execute("rollback")
         raise
-    return counts
+    return delta.Built(counts, SCOPES, TOUCHED) if usable else delta.Built(counts)
+
 
 
 def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
@@ -168,11 +180,8 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
                     sql_params("exports/dpo_settled_groups", params))
     _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
                              f"(select key from fw_touched_groups) and id not {touched}")
-    con.execute(f"delete from exports.sft where interaction_id {touched}")
-    con.execute(f"delete from exports.kto where (origin = 'interaction' and example_id {touched}) "
-                f"or (origin <> 'interaction' and example_id {weighted})")
-    con.execute("delete from exports.dpo where prompt_group in (select key from fw_touched_groups)")
-    con.execute(f"delete from exports.weighted where content_hash {weighted}")
+    for table, scope in SCOPES.items():  # what is deleted here is each table's scope
+        con.execute(f"delete from {table} as base where {scope}")
     for name in EXPORTS:
         insert_sql(con, f"exports/{name}", part)
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")

@@ -29,8 +29,8 @@ from transforms.delta import Built
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
-# Returns its tables' row counts, or a ``Built`` with the scope of each table it changed
-# incrementally (then validation and the drop checks look at what it wrote).
+# Returns its tables' row counts, or a ``Built`` naming the rows it wrote to each table it changed
+# incrementally (then validation and the drop checks look at those).
 Builder = Callable[[duckdb.DuckDBPyConnection, FlywheelResource, dg.AssetExecutionContext], Built | dict[str, int]]
 
 
@@ -146,6 +146,10 @@ def _check_summary(report) -> dict:
     }
 
 
+def _rows_in(con: duckdb.DuckDBPyConnection, table: str, scope: str) -> int:
+    return count(con, f"select count(*) from {_quoted(table)} base where {scope}")
+
+
 def _quoted(table: str) -> str:
     return ".".join(f'"{part}"' for part in table.split("."))
 
@@ -183,12 +187,17 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             counts = built.rows
             # a scope stands for "every row outside it was validated clean": only when the last
             # validation of the version the build started from passed with a row baseline
-            scopes = {table: scope for table, scope in built.scopes.items()
-                      if table in built_by and baseline_covers(con, table, built_by[table])}
+            scopes = {table: built.scope(table) for table, (_, added) in built.appended.items()
+                      if baseline_covers(con, table, built_by.get(table))
+                      and _rows_in(con, table, built.scope(table)) == added}
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)
             drops = {table: apply_drops(con, table, run_id=context.run_id, scope=scopes.get(table))
                      for table in spec.tables}
+            # a checkpoint after the deletes may renumber rows, only downwards: a range that lost
+            # some of its rows is not used
+            scopes = {table: scope for table, scope in scopes.items()
+                      if _rows_in(con, table, scope) == built.appended[table][1] - drops[table].total}
             # an incremental build leaves earlier exclusions out of the table: they still count
             carried = {table: carry_exclusions(con, table, run_id=context.run_id,
                                                previous_run=before.run_id if before else None)
@@ -209,8 +218,6 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         **extra.get(table, {}),
                     },
                 )
-            checks = gx_check_results(con, spec.tables, context.run_id, row_scopes=scopes)
-            built.release(con)
-            yield from checks
+            yield from gx_check_results(con, spec.tables, context.run_id, row_scopes=scopes)
 
     return _build

@@ -1172,7 +1172,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             f"{_sql_literal(label + ' = ')} || left(coalesce(to_json({value})::varchar, 'null'), {SAMPLE_TEXT_CHARS}) as detail, "
             f"__key, __path, __line from (select rowid as __rid, *, {check.expr or _q(check.column)} as __v, "
             f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
-            f"from {quoted}) base where {predicate}" + (f" and ({scope})" if scope else ""))))
+            # the scope inside: only its rows are computed (a rowid range is skipped to)
+            f"from {quoted} as base{f' where {scope}' if scope else ''}) base where {predicate}")))
     con.execute("begin transaction")
     try:
         con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])

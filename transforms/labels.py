@@ -34,7 +34,7 @@ LABEL_BUILDS = "lineage.label_builds"
 # The interactions each incremental build re-decided: the training sets' delta.
 LABEL_CHANGES = "lineage.label_changes"
 KEEP_BUILDS = 64  # change lists kept; a consumer further behind rebuilds whole
-# What an incremental build deletes and inserts again, table by table: no row outside is written.
+# What an incremental build deletes and inserts again, table by table.
 TOUCHED = "in (select key from fw_touched_interactions)"
 SCOPES = {"marts.interaction_labels": f"base.interaction_id {TOUCHED}",
           "marts.orphan_feedback": f"base.record_id {TOUCHED}"}
@@ -104,6 +104,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
               # raw is append-only within an epoch: what the last build read is still all there
               and con.execute("select count(*) from raw.feedback where observed_seq <= ?",
                               [state["feedback_seq"]]).fetchone()[0] == state["feedback_rows"])
+    appended: dict[str, tuple[int, int]] = {}
     con.execute("begin transaction")
     try:
         if usable:
@@ -114,7 +115,9 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             for table, scope in SCOPES.items():
                 con.execute(f"delete from {table} as base where {scope}")
             for name in LABEL_SQL:
-                insert_sql(con, name, {"all": False})
+                table = name.replace("/", ".")
+                start = delta.next_rowid(con, table)
+                appended[table] = (start, insert_sql(con, name, {"all": False}))
             con.execute(f"delete from {LABEL_INPUTS} where id {TOUCHED}")
             con.execute(f"insert into {LABEL_INPUTS} select id, {delta.FINGERPRINT} from staging.interactions "
                         f"where id {TOUCHED}")
@@ -133,7 +136,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     except BaseException:
         con.execute("rollback")
         raise
-    return delta.Built(counts, SCOPES, ("fw_touched_interactions",)) if usable else delta.Built(counts)
+    return delta.Built(counts, appended)
 
 
 def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> None:

@@ -40,8 +40,7 @@ PROMPT_KEYS = "lineage.prompt_keys"
 WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
 WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
 
-# What _build_incremental deletes and inserts again, table by table: no row outside is written.
-TOUCHED = ("fw_touched_interactions", "fw_touched_weighted", "fw_touched_groups")
+# What _build_incremental deletes and inserts again, table by table.
 SCOPES = {
     "exports.sft": "base.interaction_id in (select key from fw_touched_interactions)",
     "exports.kto": "(base.origin = 'interaction' and base.example_id in (select key from fw_touched_interactions)) "
@@ -113,10 +112,11 @@ def build_training_sets(
               # the labels were built from the staging rows these exports will read
               and con.execute(f"select coalesce(sum({delta.FINGERPRINT}), 0)::varchar "
                               "from staging.interactions").fetchone()[0] == labels_now["inputs_sum"])
+    appended: dict[str, tuple[int, int]] = {}
     con.execute("begin transaction")
     try:
         if usable:
-            _build_incremental(con, params, changes)
+            appended = _build_incremental(con, params, changes)
         else:
             _build_whole(con, params)
         delta.save(con, "training", key, {"labels": labels_now})
@@ -126,7 +126,7 @@ def build_training_sets(
     except BaseException:
         con.execute("rollback")
         raise
-    return delta.Built(counts, SCOPES, TOUCHED) if usable else delta.Built(counts)
+    return delta.Built(counts, appended)
 
 
 
@@ -151,8 +151,10 @@ def _drop_fw_interactions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("drop table if exists temp.main.fw_interactions")
 
 
-def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str) -> None:
-    """Delete and recompute the touched interactions, weighted examples and DPO groups."""
+def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
+                       changes: str) -> dict[str, tuple[int, int]]:
+    """Delete and recompute the touched interactions, weighted examples and DPO groups; per table,
+    the first rowid and the number of the rows inserted (``delta.Built.appended``)."""
     delta.temp_keys(con, "fw_touched_interactions", changes)
     delta.temp_keys(con, "fw_touched_weighted", f"""
         (select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w
@@ -182,11 +184,14 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
                              f"(select key from fw_touched_groups) and id not {touched}")
     for table, scope in SCOPES.items():  # what is deleted here is each table's scope
         con.execute(f"delete from {table} as base where {scope}")
+    appended = {}
     for name in EXPORTS:
-        insert_sql(con, f"exports/{name}", part)
+        start = delta.next_rowid(con, f"exports.{name}")
+        appended[f"exports.{name}"] = (start, insert_sql(con, f"exports/{name}", part))
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
                 f"from staging.weighted_examples as w where content_hash {weighted}")
+    return appended
 
 
 def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str) -> None:

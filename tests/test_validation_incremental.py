@@ -308,3 +308,117 @@ def test_where_sql_is_stricter_than_gx_the_new_rows_go_to_gx_and_its_verdict_sta
     con.execute("create table t_full as select * from t")
     want = validate_table(con, "t_full", run_id="r1", now=NOW, checks=regex, incremental=False)
     assert _shape(got) == _shape(want)
+
+
+# ---------------------------------------------------------------------------------------------
+# A builder's scope (tables.table_assets): drops and validation of what the build appended only
+# ---------------------------------------------------------------------------------------------
+
+def _sft_rows(ids, blank: bool = False) -> str:
+    """exports.sft rows (the columns its suite reads) for interaction ids ``ids`` (``blank``: with
+    a blank prompt, which its drop expectation excludes)."""
+    values = ", ".join(f"('{i}')" for i in ids)
+    return (f"select [{{'role': 'user', 'content': {repr('') if blank else repr('question ') + ' || id'}}}] as prompt, "
+            f"[{{'role': 'assistant', 'content': 'answer'}}] as completion, 1.0::double as sample_weight, "
+            f"'train' as split, id as interaction_id from (values {values}) v(id)")
+
+
+def _scoped_sft_run(settings, changes):
+    """Materialise a one-table group whose builder creates exports.sft whole, then applies each of
+    ``changes`` (ids to delete, rows SQL to append) as an incremental build reporting its rows."""
+    import dagster as dg
+
+    from dagster_project import tables, versions
+    from dagster_project.state import state_connection
+    from test_dagster import resource_for
+    from transforms.delta import Built, next_rowid
+
+    step = {"n": 0}
+
+    def build(con, flywheel, context):
+        n = step["n"]
+        versions.bump(con, "raw.scope_test", context.run_id)  # the input changed: the group is rebuilt
+        if n == 0:
+            con.execute("create schema if not exists exports")
+            con.execute(f"create or replace table exports.sft as {_sft_rows(range(10))}")
+            return {"exports.sft": 10}
+        deleted, appended = changes[n - 1]
+        if deleted:
+            con.execute("delete from exports.sft where interaction_id in (select unnest(?::varchar[]))",
+                        [[str(i) for i in deleted]])
+        start = next_rowid(con, "exports.sft")
+        added = con.execute(f"insert into exports.sft {appended}").fetchone()[0]
+        rows = con.execute("select count(*) from exports.sft").fetchone()[0]
+        return Built({"exports.sft": rows}, {"exports.sft": (start, added)})
+
+    group = tables.TableGroup(name="scope_test", group="exports", tables=["exports.sft"], deps=["raw/scope_test"],
+                              build=build, description="test")
+    runs = []
+    for n in range(len(changes) + 1):
+        step["n"] = n
+        with state_connection(settings) as con:  # the first run: the dep's version exists
+            versions.bump(con, "raw.scope_test", None)
+        result = dg.materialize([table_assets_of(group)], resources={"flywheel": resource_for(settings)},
+                                raise_on_error=False)
+        runs.append(result)
+    return runs
+
+
+def table_assets_of(group):
+    from dagster_project.tables import table_assets
+
+    return table_assets(group)
+
+
+def _validations(settings, run_id: str) -> list[tuple]:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        return con.execute("select expectation, success, status, observed, unexpected_count, rows_validated "
+                           "from ingest.validations where run_id = ? and table_name = 'exports.sft' order by all",
+                           [run_id]).fetchall()
+    finally:
+        con.close()
+
+
+def _whole(settings, run_id: str) -> list[tuple]:
+    """What validating every row of the current exports.sft reports (as ingest.validations rows)."""
+    con = duckdb.connect(str(settings.state_db))
+    try:
+        con.execute("create or replace table sft_whole as select * from exports.sft")
+        report = validate_table(con, "sft_whole", run_id=run_id, incremental=False,
+                                checks=SUITES["exports.sft"])
+        return sorted((r.name, r.success, r.status, validation._dumps(r.observed), r.unexpected_count, report.rows)
+                      for r in report.results)
+    finally:
+        con.close()
+
+
+def test_a_builders_scope_drops_new_offenders_and_catches_a_new_duplicate_as_whole_validation_does(settings,
+                                                                                                   monkeypatch):
+    scoped, real = [], validation._scoped_table_level
+
+    def spy(*args, **kw):  # the real thing, noting which checks it answered
+        result = real(*args, **kw)
+        scoped.append((args[3].name, result is not None))
+        return result
+
+    monkeypatch.setattr(validation, "_scoped_table_level", spy)
+    runs = _scoped_sft_run(settings, [
+        ([1, 2], _sft_rows([10, 11]) + " union all " + _sft_rows([12], blank=True)),  # a blank prompt: dropped
+        ([], _sft_rows([3])),  # interaction 3 again: a duplicate of a row the first build wrote
+    ])
+    first, dropped, duplicated = runs
+    assert first.success and dropped.success and not duplicated.success
+    # uniqueness and split leakage looked at the appended keys only (the first validation: whole)
+    assert [name for name, hit in scoped if hit] == ["interaction_id is unique", "no normalised prompt in both splits"] * 2
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    ledger = con.execute("select row_key, expectation from ingest.excluded where run_id = ?",
+                         [dropped.run_id]).fetchall()
+    con.close()
+    assert ledger == [("12", "prompt is a non-empty conversation")]
+    got = _validations(settings, duplicated.run_id)
+    unique = [r for r in got if r[0] == "interaction_id is unique"]
+    assert unique[0][1] is False and unique[0][4] == 2
+    assert [r[:3] + r[4:] for r in got] == [r[:3] + r[4:] for r in _whole(settings, duplicated.run_id)]
+    assert [r for r in got if r[0] != "prompt is a non-empty conversation"] == \
+        [r for r in _whole(settings, duplicated.run_id) if r[0] != "prompt is a non-empty conversation"]

@@ -422,3 +422,85 @@ def test_a_builders_scope_drops_new_offenders_and_catches_a_new_duplicate_as_who
     assert [r[:3] + r[4:] for r in got] == [r[:3] + r[4:] for r in _whole(settings, duplicated.run_id)]
     assert [r for r in got if r[0] != "prompt is a non-empty conversation"] == \
         [r for r in _whole(settings, duplicated.run_id) if r[0] != "prompt is a non-empty conversation"]
+
+
+# Row-level checks that always pass (so each validation leaves a baseline a scope can follow),
+# and the checks a scope answers from its keys (SUITE[9] is a window check it does not).
+SCOPED_SUITE = [in_set("grp", ("g1", "g2", "g3")), unique("k"), compound_unique("a", "b"), SUITE[10], SUITE[9],
+                row_count(1, None, name="not empty", blocking=False)]
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(rows_st, min_size=0, max_size=6), st.lists(step_st, min_size=1, max_size=5))
+def test_validation_scoped_to_the_rows_added_since_the_last_clean_one_reports_what_full_validation_reports(
+        initial, steps):
+    """The caller's ``row_scope`` names the rows appended since the last clean validation (a rowid
+    range, as a builder reports it): uniqueness (NULL keys, a new row repeating an old key,
+    deletions) and split leakage then look at those keys only, and report what GX does on every row."""
+    con = duckdb.connect()
+    con.execute(f"create table t ({COLUMNS})")
+    _insert(con, "t", initial)
+    now = NOW
+    validate_table(con, "t", run_id="r0", now=now, checks=SCOPED_SUITE)
+    # the first rowid after the last clean validation (its baseline's run is that validation's)
+    since = con.execute("select coalesce(max(rowid) + 1, 0) from t").fetchone()[0]
+    scoped = 0
+    for n, step in enumerate(steps, 1):
+        if step[0] == "append":
+            _insert(con, "t", step[1])
+        elif step[0] == "delete" and (rid := _nth_rowid(con, "t", step[1])) is not None:
+            con.execute("delete from t where rowid = ?", [rid])
+        elif step[0] == "update" and (rid := _nth_rowid(con, "t", step[1])) is not None:
+            con.execute("delete from t where rowid = ?", [rid])
+            _insert(con, "t", [step[2]])
+        elif step[0] == "now":
+            now = now + timedelta(days=step[1])
+        clean = validation._baseline_run(con, "t") is not None
+        hits = []
+        real = validation._scoped_table_level
+
+        def spy(*args, **kw):
+            result = real(*args, **kw)
+            hits.append(result is not None)
+            return result
+
+        validation._scoped_table_level = spy
+        try:
+            got = validate_table(con, "t", run_id=f"r{n}", now=now, checks=SCOPED_SUITE,
+                                 row_scope=f"base.rowid >= {since}" if clean else None)
+        finally:
+            validation._scoped_table_level = real
+        scoped += any(hits)
+        if validation._baseline_run(con, "t") == f"r{n}":
+            since = con.execute("select coalesce(max(rowid) + 1, 0) from t").fetchone()[0]
+        con.execute("create or replace table t_full as select * from t")
+        want = validate_table(con, "t_full", run_id=f"r{n}", now=now, checks=SCOPED_SUITE, incremental=False)
+        assert got.rows == want.rows and got.success == want.success
+        assert _shape(got) == _shape(want), step
+
+
+def test_a_duplicate_of_an_old_key_or_a_null_key_in_the_scope_is_counted_as_gx_counts_it(monkeypatch):
+    checks = [unique("k"), compound_unique("a", "b"), in_set("s", ("x", "y", "z"))]
+    con = duckdb.connect()
+    con.execute(f"create table t ({COLUMNS})")
+    _insert(con, "t", [(f"k{i}", i, "a", "x", 0.5, 0, True, "g1") for i in range(4)]
+            + [(None, None, "b", "x", 0.5, 0, False, "g2")])
+    assert validate_table(con, "t", run_id="r1", now=NOW, checks=checks).success
+    since = con.execute("select max(rowid) + 1 from t").fetchone()[0]
+    _insert(con, "t", [("k1", 1, "a", "y", 0.5, 0, True, "g1"), (None, None, "b", "x", 0.5, 0, False, "g2"),
+                       (None, None, None, "x", 0.5, 0, False, "g2")])
+    con.execute("delete from t where k = 'k2'")
+    hits, real = [], validation._scoped_table_level
+    monkeypatch.setattr(validation, "_scoped_table_level",
+                        lambda *a, **k: hits.append(real(*a, **k)) or hits[-1])
+    got = validate_table(con, "t", run_id="r2", now=NOW, checks=checks, row_scope=f"base.rowid >= {since}")
+    assert all(hits) and len(hits) == 2  # both answered from the scope's keys
+    con.execute("create or replace table t_full as select * from t")
+    want = validate_table(con, "t_full", run_id="r2", now=NOW, checks=checks, incremental=False)
+    assert _shape(got) == _shape(want)
+    assert got.result("k is unique").unexpected_count == 2  # k1 twice; NULL keys are no duplicates
+    assert got.result("(a, b) is unique").unexpected_count == 4  # (1, a) and (NULL, b) twice; (NULL, NULL) ignored
+    # a failed check is not carried forward: the next validation looks at the whole table again
+    hits.clear()
+    validate_table(con, "t", run_id="r3", now=NOW, checks=checks, row_scope="false")
+    assert hits == [None, None]

@@ -11,6 +11,10 @@ the table and evaluated in the same step (``gx_checks``, ``gx_check_results``): 
 per check cost ~40 ms of Dagster overhead each, even when the result is reused. A failing check
 fails the step after every check of it has reported, so nothing downstream (the snapshot is
 downstream of every table) runs and nothing of the run is published.
+
+A builder that changed a table incrementally says which rows it wrote (``transforms.delta.Built``):
+when the table it started from was validated clean, the drop checks and the validation look at
+those rows only (as staging does), with the same results as on every row.
 """
 
 from collections.abc import Callable, Iterable, Sequence

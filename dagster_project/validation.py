@@ -16,7 +16,10 @@ Validating a changed table costs what is new:
   derived with window functions such as split leakage) look at every row, in DuckDB SQL (group by
   / having), reported in GX's terms (:func:`_table_level`; ``tests/test_validation_incremental.py``
   compares both with GX). Split leakage reuses each prompt's stored group key
-  (:func:`_per_group`, ``lineage.validation_group_keys``). Schema checks read the DuckDB catalog.
+  (:func:`_per_group`, ``lineage.validation_group_keys``). When the caller names the rows added
+  since the last clean validation (``row_scope``) and that validation found a uniqueness or
+  split-leakage check clean (``lineage.validation_clean_checks``), only the keys of those rows
+  are looked up (:func:`_scoped_table_level`). Schema checks read the DuckDB catalog.
 * Sample offending rows (≤ 5, with the table's key and provenance columns) are fetched from DuckDB
   for failed checks only, so GX never materialises unexpected-index lists.
 

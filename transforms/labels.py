@@ -36,7 +36,7 @@ LABEL_CHANGES = "lineage.label_changes"
 KEEP_BUILDS = 64  # change lists kept; a consumer further behind rebuilds whole
 # What an incremental build deletes and inserts again, table by table.
 TOUCHED = "in (select key from fw_touched_interactions)"
-SCOPES = {"marts.interaction_labels": f"base.interaction_id {TOUCHED}",
+RECOMPUTED = {"marts.interaction_labels": f"base.interaction_id {TOUCHED}",
           "marts.orphan_feedback": f"base.record_id {TOUCHED}"}
 
 
@@ -85,7 +85,7 @@ table_exists = delta.table_exists
 
 def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) -> delta.Built:
     """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``: row counts by table and,
-    when incremental, each table's scope (the touched interactions, ``fw_touched_interactions``).
+    when incremental, the rows it appended to each (``delta.Built``: all it wrote).
 
     ``incremental``: re-decide only the touched interactions when the last build's watermark
     allows it (the result is the same as a whole build; ``False`` forces a whole build).
@@ -112,8 +112,8 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
                         "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
                         [state["feedback_seq"]])
-            for table, scope in SCOPES.items():
-                con.execute(f"delete from {table} as base where {scope}")
+            for table, rows in RECOMPUTED.items():
+                con.execute(f"delete from {table} as base where {rows}")
             for name in LABEL_SQL:
                 table = name.replace("/", ".")
                 start = delta.next_rowid(con, table)

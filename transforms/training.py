@@ -41,7 +41,7 @@ WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
 WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
 
 # What _build_incremental deletes and inserts again, table by table.
-SCOPES = {
+RECOMPUTED = {
     "exports.sft": "base.interaction_id in (select key from fw_touched_interactions)",
     "exports.kto": "(base.origin = 'interaction' and base.example_id in (select key from fw_touched_interactions)) "
                    "or (base.origin <> 'interaction' and base.example_id in (select key from fw_touched_weighted))",
@@ -68,8 +68,8 @@ def build_training_sets(
     retention_days: Mapping[str, int | None] | None = None,
     incremental: bool = True,
 ) -> delta.Built:
-    """Build ``exports.{sft,kto,dpo,weighted}``: row counts by table and, when incremental, each
-    table's scope (its rows of the touched interactions, weighted examples and DPO groups).
+    """Build ``exports.{sft,kto,dpo,weighted}``: row counts by table and, when incremental, the
+    rows it appended to each (``delta.Built``: all it wrote).
 
     ``retention_days`` maps ``interactions`` / ``weighted_queue`` / ``weighted_ratings`` to a
     number of days counted back from ``as_of`` 00:00 UTC (missing or ``None``: keep all).
@@ -182,8 +182,8 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
                     sql_params("exports/dpo_settled_groups", params))
     _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
                              f"(select key from fw_touched_groups) and id not {touched}")
-    for table, scope in SCOPES.items():  # what is deleted here is each table's scope
-        con.execute(f"delete from {table} as base where {scope}")
+    for table, rows in RECOMPUTED.items():
+        con.execute(f"delete from {table} as base where {rows}")
     appended = {}
     for name in EXPORTS:
         start = delta.next_rowid(con, f"exports.{name}")

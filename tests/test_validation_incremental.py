@@ -504,3 +504,29 @@ def test_a_duplicate_of_an_old_key_or_a_null_key_in_the_scope_is_counted_as_gx_c
     hits.clear()
     validate_table(con, "t", run_id="r3", now=NOW, checks=checks, row_scope="false")
     assert hits == [None, None]
+
+
+def test_a_range_that_does_not_hold_every_appended_row_is_not_used(settings, monkeypatch):
+    """A builder's range is checked against the rows it says it appended (a checkpoint may renumber
+    rows): when they differ, the drops and the validation look at the whole table."""
+    import dagster as dg
+
+    from dagster_project import tables
+    from transforms.delta import Built
+
+    scoped, drop_scopes = [], []
+    real_scoped, real_drops = validation._scoped_table_level, tables.apply_drops
+    monkeypatch.setattr(validation, "_scoped_table_level",
+                        lambda *a, **k: scoped.append(real_scoped(*a, **k)) or scoped[-1])
+    monkeypatch.setattr(tables, "apply_drops", lambda *a, **k: drop_scopes.append(k.get("scope")) or real_drops(*a, **k))
+    real_built = Built.__init__
+
+    def miscounted(self, rows, appended=None):  # one more row than the range holds
+        real_built(self, rows, {t: (start, n + 1) for t, (start, n) in (appended or {}).items()})
+
+    monkeypatch.setattr(Built, "__init__", miscounted)
+    first, second = _scoped_sft_run(settings, [([], _sft_rows([3]))])
+    assert first.success and not second.success  # the duplicate is still found, by the whole table
+    assert drop_scopes == [None, None] and not any(scoped)
+    unique = [r for r in _validations(settings, second.run_id) if r[0] == "interaction_id is unique"]
+    assert unique[0][4] == 2

@@ -43,6 +43,9 @@ TABLES: dict[str, str] = {
     "lineage.validation_group_keys": "Per table and group expression (split leakage's normalised prompt), the group "
                                      "key of each content seen, so only new contents are normalised (private: "
                                      "never published).",
+    "lineage.validation_clean_checks": "Per table and uniqueness or split-leakage check, the run whose validation "
+                                       "found it clean: the next one scoped to the rows added since looks only at "
+                                       "their keys (private: never published).",
     "lineage.table_versions": "Private (never published): one row per table a run writes: its content version "
                               "and, for built tables, the key of the inputs it was built from (dagster_project/versions.py).",
     "lineage.validated": "Private (never published): per table, the last validation: on which version, by which "
@@ -178,6 +181,9 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.validation_group_keys.group_expr": "sha256 of the group expression, the columns it reads and the DuckDB version.",
     "lineage.validation_group_keys.content_hash": "DuckDB hash() of the columns the group expression reads.",
     "lineage.validation_group_keys.group_hash": "DuckDB hash() of the group expression's value for that content.",
+    "lineage.validation_clean_checks.table_name": "The validated table (schema.table).",
+    "lineage.validation_clean_checks.check_key": "sha256 of the check, its columns' types and the DuckDB version.",
+    "lineage.validation_clean_checks.run_id": "The run whose validation found no unexpected row for it.",
     "lineage.table_versions.table_name": "schema.table in the state database.",
     "lineage.table_versions.version": "Changes whenever the content may have changed (built tables: the input key).",
     "lineage.table_versions.epoch": "Changes only when the table was rebuilt rather than appended to.",

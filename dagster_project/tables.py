@@ -11,6 +11,10 @@ the table and evaluated in the same step (``gx_checks``, ``gx_check_results``): 
 per check cost ~40 ms of Dagster overhead each, even when the result is reused. A failing check
 fails the step after every check of it has reported, so nothing downstream (the snapshot is
 downstream of every table) runs and nothing of the run is published.
+
+A builder that changed a table incrementally says which rows it wrote (``transforms.delta.Built``):
+when the table it started from was validated clean, the drop checks and the validation look at
+those rows only (as staging does), with the same results as on every row.
 """
 
 from collections.abc import Callable, Iterable, Sequence
@@ -25,10 +29,13 @@ from dagster_project.metadata import count, preview
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
 from dagster_project.validation import apply_drops, carry_exclusions, record_validations, validate_table
+from transforms.delta import Built
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
-Builder = Callable[[duckdb.DuckDBPyConnection, FlywheelResource, dg.AssetExecutionContext], dict[str, int]]
+# Returns its tables' row counts, or a ``Built`` naming the rows it wrote to each table it changed
+# incrementally (then validation and the drop checks look at those).
+Builder = Callable[[duckdb.DuckDBPyConnection, FlywheelResource, dg.AssetExecutionContext], Built | dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,10 @@ def _check_summary(report) -> dict:
     }
 
 
+def _rows_in(con: duckdb.DuckDBPyConnection, table: str, scope: str) -> int:
+    return count(con, f"select count(*) from {_quoted(table)} base where {scope}")
+
+
 def _quoted(table: str) -> str:
     return ".".join(f'"{part}"' for part in table.split("."))
 
@@ -175,10 +186,22 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             built_by = {table: versions.get(con, table) for table in spec.tables}
             for table in spec.tables:  # a build that fails half-way must not look current
                 versions.invalidate(con, table)
-            counts = spec.build(con, flywheel, context)
+            built = spec.build(con, flywheel, context)
+            built = built if isinstance(built, Built) else Built(dict(built))
+            counts = built.rows
+            # a scope stands for "every row outside it was validated clean": only when the last
+            # validation of the version the build started from passed with a row baseline
+            scopes = {table: built.scope(table) for table, (_, added) in built.appended.items()
+                      if baseline_covers(con, table, built_by.get(table))
+                      and _rows_in(con, table, built.scope(table)) == added}
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)
-            drops = {table: apply_drops(con, table, run_id=context.run_id) for table in spec.tables}
+            drops = {table: apply_drops(con, table, run_id=context.run_id, scope=scopes.get(table))
+                     for table in spec.tables}
+            # a checkpoint after the deletes may renumber rows, only downwards: a range that lost
+            # some of its rows is not used
+            scopes = {table: scope for table, scope in scopes.items()
+                      if _rows_in(con, table, scope) == built.appended[table][1] - drops[table].total}
             # an incremental build leaves earlier exclusions out of the table: they still count
             carried = {table: carry_exclusions(con, table, run_id=context.run_id,
                                                previous_run=before.run_id if before else None)
@@ -199,6 +222,6 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         **extra.get(table, {}),
                     },
                 )
-            yield from gx_check_results(con, spec.tables, context.run_id)
+            yield from gx_check_results(con, spec.tables, context.run_id, row_scopes=scopes)
 
     return _build

@@ -16,7 +16,10 @@ Validating a changed table costs what is new:
   derived with window functions such as split leakage) look at every row, in DuckDB SQL (group by
   / having), reported in GX's terms (:func:`_table_level`; ``tests/test_validation_incremental.py``
   compares both with GX). Split leakage reuses each prompt's stored group key
-  (:func:`_per_group`, ``lineage.validation_group_keys``). Schema checks read the DuckDB catalog.
+  (:func:`_per_group`, ``lineage.validation_group_keys``). When the caller names the rows added
+  since the last clean validation (``row_scope``) and that validation found a uniqueness or
+  split-leakage check clean (``lineage.validation_clean_checks``), only the keys of those rows
+  are looked up (:func:`_scoped_table_level`). Schema checks read the DuckDB catalog.
 * Sample offending rows (≤ 5, with the table's key and provenance columns) are fetched from DuckDB
   for failed checks only, so GX never materialises unexpected-index lists.
 
@@ -206,7 +209,9 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
     the same; see :func:`_row_level`).
     ``row_scope``: a predicate over the table (alias ``base``) that every row added since the
     table's last clean validation satisfies (the caller's guarantee, e.g. the identities an
-    incremental staging step re-decided): with a baseline, only those rows are hashed.
+    incremental staging step re-decided): with a baseline, only those rows are hashed, and a
+    uniqueness check that validation found clean looks only at the keys of those rows
+    (:func:`_scoped_table_level`).
     """
     started = time.perf_counter()
     now = _utc(now or datetime.now(timezone.utc))
@@ -222,6 +227,8 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
     quoted = _quote_table(table)
     rows = int(con.execute(f"select count(*) from {quoted}").fetchone()[0])
     results: dict[int, CheckResult] = {}
+    # the run of the last clean validation, which the caller's row_scope is relative to
+    since = _baseline_run(con, table) if incremental and row_scope is not None else None
     row_checks: list[tuple[int, Check]] = []
     whole_checks: list[tuple[int, Check]] = []  # through GX on every row (none in today's suites)
     for i, check in enumerate(suite):
@@ -237,7 +244,10 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
         elif check.row_level:
             row_checks.append((i, check))
         elif check.kind in TABLE_SQL_KINDS:
-            results[i] = _table_level(con, quoted, check, rows, now, keys_of=table if incremental else None)
+            results[i] = (since and _scoped_table_level(con, table, quoted, check, columns, rows, now, row_scope, since)
+                          or _table_level(con, quoted, check, rows, now, keys_of=table if incremental else None))
+            if incremental:
+                _note_clean(con, table, check, columns, results[i], run_id)
         else:
             whole_checks.append((i, check))
 
@@ -461,6 +471,7 @@ def forget_baselines(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"drop table if exists {VALIDATED_ROWS}")
     con.execute(f"drop table if exists {BASELINES}")
     con.execute(f"drop table if exists {GROUP_KEYS}")
+    con.execute(f"drop table if exists {CLEAN_CHECKS}")
 
 
 def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Check],
@@ -577,11 +588,107 @@ def _table_level(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, rows
     return _from_detail(check, success, detail, now)
 
 
+# Per table and table-level check (a fingerprint of it): the run whose validation found it with no
+# unexpected row, when that is the latest validation of the table.
+CLEAN_CHECKS = "lineage.validation_clean_checks"
+
+
+def _check_key(check: Check, columns: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps([BASELINE_SCHEME, duckdb.__version__, repr(check),
+                                      [(c, columns.get(c)) for c in check.required_columns]],
+                                     default=str).encode()).hexdigest()[:32]
+
+
+def _scoped(check: Check) -> bool:
+    """Whether a clean result of ``check`` can be carried forward looking at the new rows' keys.
+
+    Uniqueness: rows outside the scope were all in the table when it had no duplicate, so every
+    duplicate now shares its key with a row in the scope. A per-group distinct count bounded
+    above only: a group of old rows only is part of an old group, which was within the bound
+    (a lower bound could be broken by a deletion)."""
+    if check.kind == "unique":
+        return check.expr is None
+    if check.kind == "compound_unique":
+        return True
+    return bool(check.per_group) and check.kind == "between" and check.min_value is None \
+        and check.max_value is not None
+
+
+def _note_clean(con: duckdb.DuckDBPyConnection, table: str, check: Check, columns: dict[str, str],
+                result: CheckResult, run_id: str) -> None:
+    """Record that ``check`` found nothing unexpected in this validation (or forget that it did)."""
+    if not _scoped(check):
+        return
+    key = _check_key(check, columns)
+    clean = result.status == "passed" and not result.unexpected_count
+    if not clean and not _is_table(con, CLEAN_CHECKS):
+        return
+    con.execute("create schema if not exists lineage")  # private: never published
+    con.execute(f"create table if not exists {CLEAN_CHECKS} (table_name varchar not null, check_key varchar "
+                f"not null, run_id varchar not null)")
+    con.execute(f"delete from {CLEAN_CHECKS} where table_name = ? and check_key = ?", [table, key])
+    if clean:
+        con.execute(f"insert into {CLEAN_CHECKS} values (?, ?, ?)", [table, key, run_id])
+
+
+def _baseline_run(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """The run whose clean validation the table's row baseline is (None without one)."""
+    if not _is_table(con, BASELINES):
+        return None
+    row = con.execute(f"select run_id from {BASELINES} where table_name = ?", [table]).fetchone()
+    return row[0] if row else None
+
+
+def _scoped_table_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, check: Check,
+                        columns: dict[str, str], rows: int, now: datetime, scope: str,
+                        since: str) -> CheckResult | None:
+    """A uniqueness (or bounded per-group) check over the keys of the rows in ``scope`` only, when
+    the validation of run ``since`` found it clean (None: the whole-table query decides).
+
+    ``scope`` is the caller's guarantee that every row outside it was in the table at that
+    validation (``validate_table``'s ``row_scope``). Then a duplicate key (a group beyond its
+    bound) has a row in the scope, so counting the rows whose key is one of the scope's gives
+    GX's unexpected count; the non-null count is the whole table's (one cheap count).
+    """
+    if not _scoped(check) or not _is_table(con, CLEAN_CHECKS):
+        return None
+    found = con.execute(f"select run_id from {CLEAN_CHECKS} where table_name = ? and check_key = ?",
+                        [table, _check_key(check, columns)]).fetchone()
+    if found is None or found[0] != since:
+        return None
+    try:
+        if check.kind == "unique":
+            col = _q(check.column)
+            nonnull, unexpected = con.execute(
+                f"select (select count({col}) from {quoted}), (select coalesce(sum(n), 0)::bigint from ("
+                f"select count(*) as n from {quoted} t where {col} in (select {col} from {quoted} base "
+                f"where ({scope}) and {col} is not null) group by {col} having count(*) > 1))").fetchone()
+        elif check.kind == "compound_unique":
+            cols = ", ".join(_q(c) for c in check.columns)
+            all_null = " and ".join(f"{_q(c)} is null" for c in check.columns)
+            same = " and ".join(f"t.{_q(c)} is not distinct from k.{_q(c)}" for c in check.columns)
+            nonnull, unexpected = con.execute(
+                f"with k as (select distinct {cols} from {quoted} base where ({scope}) and not ({all_null})) "
+                f"select (select count(*) from {quoted} where not ({all_null})), "
+                f"(select coalesce(sum(n), 0)::bigint from (select count(*) as n from {quoted} t semi join k "
+                f"on {same} group by {', '.join('t.' + _q(c) for c in check.columns)} having count(*) > 1))"
+            ).fetchone()
+        else:
+            counted = _per_group(con, quoted, table, check, rows, now, scope=scope)
+            if counted is None:
+                return None
+            nonnull, unexpected = counted
+    except duckdb.Error:  # the whole-table query reports it
+        return None
+    success, detail = _map_outcome(rows, int(nonnull), int(unexpected), check.gx_mostly)
+    return _from_detail(check, success, detail, now)
+
+
 GROUP_KEYS = "lineage.validation_group_keys"
 
 
 def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: Check, rows: int,
-               now: datetime) -> tuple[int, int] | None:
+               now: datetime, scope: str | None = None) -> tuple[int, int] | None:
     """A ``per_group`` check's (non-null, unexpected) counts, each content's group key computed once.
 
     Split leakage groups rows by their normalised last user turn: NFC and a whitespace regex over
@@ -595,6 +702,10 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
     A 64-bit collision of two prompts would put them in one group (about n^2 / 2^65: a false
     leak, never a hidden one, for the normalised values; a hidden one only if two different raw
     prompts collide). ``None`` (the plain window query decides) if a row finds no key.
+
+    ``scope`` (:func:`_scoped_table_level`: rows outside it were in the table when the check was
+    clean): only the contents in scope are normalised and only the groups they fall in are
+    counted; every other row of the table had its key stored by that validation or an earlier one.
     """
     group_by, needs, counted = check.per_group
     key = hashlib.sha256(json.dumps([BASELINE_SCHEME, duckdb.__version__, group_by, needs]).encode()).hexdigest()[:32]
@@ -604,9 +715,19 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
                 f"content_hash ubigint not null, group_hash ubigint)")
     stored = f"(select content_hash, group_hash from {GROUP_KEYS} where table_name = $table and group_expr = $key)"
     con.execute(f"insert into {GROUP_KEYS} select distinct $table, $key, b.__h, hash({group_by}) "
-                f"from (select {content} as __h, * from {quoted}) b anti join {stored} k on b.__h = k.content_hash",
-                {"table": table, "key": key})
+                f"from (select {content} as __h, * from {quoted} base{f' where {scope}' if scope else ''}) b "
+                f"anti join {stored} k on b.__h = k.content_hash", {"table": table, "key": key})
     predicate, _ = _offending(check, now)
+    if scope:
+        unexpected = con.execute(
+            f"with g as (select distinct k.group_hash from (select {content} as __h from {quoted} base where {scope}) b "
+            f"join {stored} k on b.__h = k.content_hash), "
+            f"c as (select content_hash, group_hash from {stored} semi join g using (group_hash)) "
+            f"select coalesce(sum(n) filter (where {predicate}), 0)::bigint from ("
+            f"select count(*) as n, count(distinct b.__c) as __v from (select {content} as __h, {_q(counted)} as __c "
+            f"from {quoted}) b join c on b.__h = c.content_hash group by c.group_hash)",
+            {"table": table, "key": key}).fetchone()[0]
+        return rows, int(unexpected)
     total, unexpected = con.execute(
         f"select coalesce(sum(n), 0)::bigint, coalesce(sum(n) filter (where {predicate}), 0)::bigint from ("
         f"select count(*) as n, count(distinct b.__c) as __v from (select {content} as __h, {_q(counted)} as __c "
@@ -1055,7 +1176,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             f"{_sql_literal(label + ' = ')} || left(coalesce(to_json({value})::varchar, 'null'), {SAMPLE_TEXT_CHARS}) as detail, "
             f"__key, __path, __line from (select rowid as __rid, *, {check.expr or _q(check.column)} as __v, "
             f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
-            f"from {quoted}) base where {predicate}" + (f" and ({scope})" if scope else ""))))
+            # the scope inside: only its rows are computed (a rowid range is skipped to)
+            f"from {quoted} as base{f' where {scope}' if scope else ''}) base where {predicate}")))
     con.execute("begin transaction")
     try:
         con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])

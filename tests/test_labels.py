@@ -218,7 +218,7 @@ def test_labels_from_real_ingested_files(settings):
                "timestamp": "2026-02-26T15:00:00", "source": "outcome_tracker"}),
     ])
     con, _ = ingest(settings, sources=["interactions", "feedback"])
-    assert build_labels(con) == {"marts.interaction_labels": 2, "marts.orphan_feedback": 1}
+    assert build_labels(con).rows == {"marts.interaction_labels": 2, "marts.orphan_feedback": 1}
     got = con.execute("select interaction_id, label, was_edited, label_source, labeled_at, n_events, "
                       "conflicting from marts.interaction_labels").fetchall()
     assert got == [

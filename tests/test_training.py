@@ -47,7 +47,7 @@ def build(lake: Lake, **kw) -> dict[str, int]:
     build_labels(lake.con)
     kw.setdefault("pseudonym_key", KEY)
     kw.setdefault("as_of", AS_OF)
-    return build_training_sets(lake.con, **kw)
+    return build_training_sets(lake.con, **kw).rows
 
 
 # ---------------------------------------------------------------------------- sft / kto / weighted

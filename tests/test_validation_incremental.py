@@ -308,3 +308,225 @@ def test_where_sql_is_stricter_than_gx_the_new_rows_go_to_gx_and_its_verdict_sta
     con.execute("create table t_full as select * from t")
     want = validate_table(con, "t_full", run_id="r1", now=NOW, checks=regex, incremental=False)
     assert _shape(got) == _shape(want)
+
+
+# ---------------------------------------------------------------------------------------------
+# A builder's scope (tables.table_assets): drops and validation of what the build appended only
+# ---------------------------------------------------------------------------------------------
+
+def _sft_rows(ids, blank: bool = False) -> str:
+    """exports.sft rows (the columns its suite reads) for interaction ids ``ids`` (``blank``: with
+    a blank prompt, which its drop expectation excludes)."""
+    values = ", ".join(f"('{i}')" for i in ids)
+    return (f"select [{{'role': 'user', 'content': {repr('') if blank else repr('question ') + ' || id'}}}] as prompt, "
+            f"[{{'role': 'assistant', 'content': 'answer'}}] as completion, 1.0::double as sample_weight, "
+            f"'train' as split, id as interaction_id from (values {values}) v(id)")
+
+
+def _scoped_sft_run(settings, changes):
+    """Materialise a one-table group whose builder creates exports.sft whole, then applies each of
+    ``changes`` (ids to delete, rows SQL to append) as an incremental build reporting its rows."""
+    import dagster as dg
+
+    from dagster_project import tables, versions
+    from dagster_project.state import state_connection
+    from test_dagster import resource_for
+    from transforms.delta import Built, next_rowid
+
+    step = {"n": 0}
+
+    def build(con, flywheel, context):
+        n = step["n"]
+        versions.bump(con, "raw.scope_test", context.run_id)  # the input changed: the group is rebuilt
+        if n == 0:
+            con.execute("create schema if not exists exports")
+            con.execute(f"create or replace table exports.sft as {_sft_rows(range(10))}")
+            return {"exports.sft": 10}
+        deleted, appended = changes[n - 1]
+        if deleted:
+            con.execute("delete from exports.sft where interaction_id in (select unnest(?::varchar[]))",
+                        [[str(i) for i in deleted]])
+        start = next_rowid(con, "exports.sft")
+        added = con.execute(f"insert into exports.sft {appended}").fetchone()[0]
+        rows = con.execute("select count(*) from exports.sft").fetchone()[0]
+        return Built({"exports.sft": rows}, {"exports.sft": (start, added)})
+
+    group = tables.TableGroup(name="scope_test", group="exports", tables=["exports.sft"], deps=["raw/scope_test"],
+                              build=build, description="test")
+    runs = []
+    for n in range(len(changes) + 1):
+        step["n"] = n
+        with state_connection(settings) as con:  # the first run: the dep's version exists
+            versions.bump(con, "raw.scope_test", None)
+        result = dg.materialize([table_assets_of(group)], resources={"flywheel": resource_for(settings)},
+                                raise_on_error=False)
+        runs.append(result)
+    return runs
+
+
+def table_assets_of(group):
+    from dagster_project.tables import table_assets
+
+    return table_assets(group)
+
+
+def _validations(settings, run_id: str) -> list[tuple]:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        return con.execute("select expectation, success, status, observed, unexpected_count, rows_validated "
+                           "from ingest.validations where run_id = ? and table_name = 'exports.sft' order by all",
+                           [run_id]).fetchall()
+    finally:
+        con.close()
+
+
+def _whole(settings, run_id: str) -> list[tuple]:
+    """What validating every row of the current exports.sft reports (as ingest.validations rows)."""
+    con = duckdb.connect(str(settings.state_db))
+    try:
+        con.execute("create or replace table sft_whole as select * from exports.sft")
+        report = validate_table(con, "sft_whole", run_id=run_id, incremental=False,
+                                checks=SUITES["exports.sft"])
+        return sorted((r.name, r.success, r.status, validation._dumps(r.observed), r.unexpected_count, report.rows)
+                      for r in report.results)
+    finally:
+        con.close()
+
+
+def test_a_builders_scope_drops_new_offenders_and_catches_a_new_duplicate_as_whole_validation_does(settings,
+                                                                                                   monkeypatch):
+    scoped, real = [], validation._scoped_table_level
+
+    def spy(*args, **kw):  # the real thing, noting which checks it answered
+        result = real(*args, **kw)
+        scoped.append((args[3].name, result is not None))
+        return result
+
+    monkeypatch.setattr(validation, "_scoped_table_level", spy)
+    runs = _scoped_sft_run(settings, [
+        ([1, 2], _sft_rows([10, 11]) + " union all " + _sft_rows([12], blank=True)),  # a blank prompt: dropped
+        ([], _sft_rows([3])),  # interaction 3 again: a duplicate of a row the first build wrote
+    ])
+    first, dropped, duplicated = runs
+    assert first.success and dropped.success and not duplicated.success
+    # uniqueness and split leakage looked at the appended keys only (the first validation: whole)
+    assert [name for name, hit in scoped if hit] == ["interaction_id is unique", "no normalised prompt in both splits"] * 2
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    ledger = con.execute("select row_key, expectation from ingest.excluded where run_id = ?",
+                         [dropped.run_id]).fetchall()
+    con.close()
+    assert ledger == [("12", "prompt is a non-empty conversation")]
+    got = _validations(settings, duplicated.run_id)
+    unique = [r for r in got if r[0] == "interaction_id is unique"]
+    assert unique[0][1] is False and unique[0][4] == 2
+    assert [r[:3] + r[4:] for r in got] == [r[:3] + r[4:] for r in _whole(settings, duplicated.run_id)]
+    assert [r for r in got if r[0] != "prompt is a non-empty conversation"] == \
+        [r for r in _whole(settings, duplicated.run_id) if r[0] != "prompt is a non-empty conversation"]
+
+
+# Row-level checks that always pass (so each validation leaves a baseline a scope can follow),
+# and the checks a scope answers from its keys (SUITE[9] is a window check it does not).
+SCOPED_SUITE = [in_set("grp", ("g1", "g2", "g3")), unique("k"), compound_unique("a", "b"), SUITE[10], SUITE[9],
+                row_count(1, None, name="not empty", blocking=False)]
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(rows_st, min_size=0, max_size=6), st.lists(step_st, min_size=1, max_size=5))
+def test_validation_scoped_to_the_rows_added_since_the_last_clean_one_reports_what_full_validation_reports(
+        initial, steps):
+    """The caller's ``row_scope`` names the rows appended since the last clean validation (a rowid
+    range, as a builder reports it): uniqueness (NULL keys, a new row repeating an old key,
+    deletions) and split leakage then look at those keys only, and report what GX does on every row."""
+    con = duckdb.connect()
+    con.execute(f"create table t ({COLUMNS})")
+    _insert(con, "t", initial)
+    now = NOW
+    validate_table(con, "t", run_id="r0", now=now, checks=SCOPED_SUITE)
+    # the first rowid after the last clean validation (its baseline's run is that validation's)
+    since = con.execute("select coalesce(max(rowid) + 1, 0) from t").fetchone()[0]
+    scoped = 0
+    for n, step in enumerate(steps, 1):
+        if step[0] == "append":
+            _insert(con, "t", step[1])
+        elif step[0] == "delete" and (rid := _nth_rowid(con, "t", step[1])) is not None:
+            con.execute("delete from t where rowid = ?", [rid])
+        elif step[0] == "update" and (rid := _nth_rowid(con, "t", step[1])) is not None:
+            con.execute("delete from t where rowid = ?", [rid])
+            _insert(con, "t", [step[2]])
+        elif step[0] == "now":
+            now = now + timedelta(days=step[1])
+        clean = validation._baseline_run(con, "t") is not None
+        hits = []
+        real = validation._scoped_table_level
+
+        def spy(*args, **kw):
+            result = real(*args, **kw)
+            hits.append(result is not None)
+            return result
+
+        validation._scoped_table_level = spy
+        try:
+            got = validate_table(con, "t", run_id=f"r{n}", now=now, checks=SCOPED_SUITE,
+                                 row_scope=f"base.rowid >= {since}" if clean else None)
+        finally:
+            validation._scoped_table_level = real
+        scoped += any(hits)
+        if validation._baseline_run(con, "t") == f"r{n}":
+            since = con.execute("select coalesce(max(rowid) + 1, 0) from t").fetchone()[0]
+        con.execute("create or replace table t_full as select * from t")
+        want = validate_table(con, "t_full", run_id=f"r{n}", now=now, checks=SCOPED_SUITE, incremental=False)
+        assert got.rows == want.rows and got.success == want.success
+        assert _shape(got) == _shape(want), step
+
+
+def test_a_duplicate_of_an_old_key_or_a_null_key_in_the_scope_is_counted_as_gx_counts_it(monkeypatch):
+    checks = [unique("k"), compound_unique("a", "b"), in_set("s", ("x", "y", "z"))]
+    con = duckdb.connect()
+    con.execute(f"create table t ({COLUMNS})")
+    _insert(con, "t", [(f"k{i}", i, "a", "x", 0.5, 0, True, "g1") for i in range(4)]
+            + [(None, None, "b", "x", 0.5, 0, False, "g2")])
+    assert validate_table(con, "t", run_id="r1", now=NOW, checks=checks).success
+    since = con.execute("select max(rowid) + 1 from t").fetchone()[0]
+    _insert(con, "t", [("k1", 1, "a", "y", 0.5, 0, True, "g1"), (None, None, "b", "x", 0.5, 0, False, "g2"),
+                       (None, None, None, "x", 0.5, 0, False, "g2")])
+    con.execute("delete from t where k = 'k2'")
+    hits, real = [], validation._scoped_table_level
+    monkeypatch.setattr(validation, "_scoped_table_level",
+                        lambda *a, **k: hits.append(real(*a, **k)) or hits[-1])
+    got = validate_table(con, "t", run_id="r2", now=NOW, checks=checks, row_scope=f"base.rowid >= {since}")
+    assert all(hits) and len(hits) == 2  # both answered from the scope's keys
+    con.execute("create or replace table t_full as select * from t")
+    want = validate_table(con, "t_full", run_id="r2", now=NOW, checks=checks, incremental=False)
+    assert _shape(got) == _shape(want)
+    assert got.result("k is unique").unexpected_count == 2  # k1 twice; NULL keys are no duplicates
+    assert got.result("(a, b) is unique").unexpected_count == 4  # (1, a) and (NULL, b) twice; (NULL, NULL) ignored
+    # a failed check is not carried forward: the next validation looks at the whole table again
+    hits.clear()
+    validate_table(con, "t", run_id="r3", now=NOW, checks=checks, row_scope="false")
+    assert hits == [None, None]
+
+
+def test_a_range_that_does_not_hold_every_appended_row_is_not_used(settings, monkeypatch):
+    """A builder's range is checked against the rows it says it appended (a checkpoint may renumber
+    rows): when they differ, the drops and the validation look at the whole table."""
+    import dagster as dg
+
+    from dagster_project import tables
+    from transforms.delta import Built
+
+    scoped, drop_scopes = [], []
+    real_scoped, real_drops = validation._scoped_table_level, tables.apply_drops
+    monkeypatch.setattr(validation, "_scoped_table_level",
+                        lambda *a, **k: scoped.append(real_scoped(*a, **k)) or scoped[-1])
+    monkeypatch.setattr(tables, "apply_drops", lambda *a, **k: drop_scopes.append(k.get("scope")) or real_drops(*a, **k))
+    real_built = Built.__init__
+
+    def miscounted(self, rows, appended=None):  # one more row than the range holds
+        real_built(self, rows, {t: (start, n + 1) for t, (start, n) in (appended or {}).items()})
+
+    monkeypatch.setattr(Built, "__init__", miscounted)
+    first, second = _scoped_sft_run(settings, [([], _sft_rows([3]))])
+    assert first.success and not second.success  # the duplicate is still found, by the whole table
+    assert drop_scopes == [None, None] and not any(scoped)
+    unique = [r for r in _validations(settings, second.run_id) if r[0] == "interaction_id is unique"]
+    assert unique[0][4] == 2

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,31 @@ import duckdb
 from transforms.sqlfiles import sql_text
 
 SCHEMA = "lineage"
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a builder made: rows per table and, per table it changed incrementally, what it wrote.
+
+    ``appended[table] = (start, rows)``: every row the build inserted or changed has a rowid from
+    ``start`` on (DuckDB appends after every rowid used; the build changes rows only by deleting
+    and inserting), and it inserted ``rows`` of them; every other row was in the table before the
+    build. A table rebuilt whole has no entry. Validation and the drop checks then look at those
+    rows only (when the table before the build was validated clean): ``scope``.
+    """
+
+    rows: dict[str, int]
+    appended: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def scope(self, table: str) -> str | None:
+        """A predicate over the table (alias ``base``) true of every row the build wrote."""
+        return f"base.rowid >= {int(self.appended[table][0])}" if table in self.appended else None
+
+
+def next_rowid(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    """Where the rows appended to ``table`` next begin, or below (deleted rows keep their ids)."""
+    return con.execute(f"select coalesce(max(rowid) + 1, 0) from {table}").fetchone()[0]
+
 WATERMARKS = f"{SCHEMA}.mart_watermarks"
 FINGERPRINT = "hash(observed_seq, path, byte_offset, line_number, deleted_at_source)"
 FINGERPRINT_COLUMNS = ("observed_seq", "path", "byte_offset", "line_number", "deleted_at_source")

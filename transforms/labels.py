@@ -34,6 +34,10 @@ LABEL_BUILDS = "lineage.label_builds"
 # The interactions each incremental build re-decided: the training sets' delta.
 LABEL_CHANGES = "lineage.label_changes"
 KEEP_BUILDS = 64  # change lists kept; a consumer further behind rebuilds whole
+# What an incremental build deletes and inserts again, table by table.
+TOUCHED = "in (select key from fw_touched_interactions)"
+RECOMPUTED = {"marts.interaction_labels": f"base.interaction_id {TOUCHED}",
+          "marts.orphan_feedback": f"base.record_id {TOUCHED}"}
 
 
 def sql_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -79,8 +83,9 @@ def check_days(name: str, value: int | None) -> int | None:
 table_exists = delta.table_exists
 
 
-def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) -> dict[str, int]:
-    """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``; row counts by table.
+def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) -> delta.Built:
+    """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``: row counts by table and,
+    when incremental, the rows it appended to each (``delta.Built``: all it wrote).
 
     ``incremental``: re-decide only the touched interactions when the last build's watermark
     allows it (the result is the same as a whole build; ``False`` forces a whole build).
@@ -99,6 +104,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
               # raw is append-only within an epoch: what the last build read is still all there
               and con.execute("select count(*) from raw.feedback where observed_seq <= ?",
                               [state["feedback_seq"]]).fetchone()[0] == state["feedback_rows"])
+    appended: dict[str, tuple[int, int]] = {}
     con.execute("begin transaction")
     try:
         if usable:
@@ -106,14 +112,15 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
                         "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
                         [state["feedback_seq"]])
-            scope = "in (select key from fw_touched_interactions)"
-            con.execute(f"delete from marts.interaction_labels where interaction_id {scope}")
-            con.execute(f"delete from marts.orphan_feedback where record_id {scope}")
+            for table, rows in RECOMPUTED.items():
+                con.execute(f"delete from {table} as base where {rows}")
             for name in LABEL_SQL:
-                insert_sql(con, name, {"all": False})
-            con.execute(f"delete from {LABEL_INPUTS} where id {scope}")
+                table = name.replace("/", ".")
+                start = delta.next_rowid(con, table)
+                appended[table] = (start, insert_sql(con, name, {"all": False}))
+            con.execute(f"delete from {LABEL_INPUTS} where id {TOUCHED}")
             con.execute(f"insert into {LABEL_INPUTS} select id, {delta.FINGERPRINT} from staging.interactions "
-                        f"where id {scope}")
+                        f"where id {TOUCHED}")
         else:
             delta.temp_keys(con, "fw_touched_interactions")
             for name in LABEL_SQL:
@@ -129,7 +136,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     except BaseException:
         con.execute("rollback")
         raise
-    return counts
+    return delta.Built(counts, appended)
 
 
 def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> None:

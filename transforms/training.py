@@ -40,6 +40,15 @@ PROMPT_KEYS = "lineage.prompt_keys"
 WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
 WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
 
+# What _build_incremental deletes and inserts again, table by table.
+RECOMPUTED = {
+    "exports.sft": "base.interaction_id in (select key from fw_touched_interactions)",
+    "exports.kto": "(base.origin = 'interaction' and base.example_id in (select key from fw_touched_interactions)) "
+                   "or (base.origin <> 'interaction' and base.example_id in (select key from fw_touched_weighted))",
+    "exports.dpo": "base.prompt_group in (select key from fw_touched_groups)",
+    "exports.weighted": "base.content_hash in (select key from fw_touched_weighted)",
+}
+
 # The public contract (SPEC 5), in order; extra provenance columns follow in each table.
 PUBLIC_COLUMNS = {
     "sft": ["prompt", "completion", "sample_weight", "split", "interaction_id"],
@@ -58,8 +67,9 @@ def build_training_sets(
     dpo_max_pairs: int | None = DEFAULT_DPO_MAX_PAIRS,
     retention_days: Mapping[str, int | None] | None = None,
     incremental: bool = True,
-) -> dict[str, int]:
-    """Build ``exports.{sft,kto,dpo,weighted}``; row counts by table.
+) -> delta.Built:
+    """Build ``exports.{sft,kto,dpo,weighted}``: row counts by table and, when incremental, the
+    rows it appended to each (``delta.Built``: all it wrote).
 
     ``retention_days`` maps ``interactions`` / ``weighted_queue`` / ``weighted_ratings`` to a
     number of days counted back from ``as_of`` 00:00 UTC (missing or ``None``: keep all).
@@ -102,10 +112,11 @@ def build_training_sets(
               # the labels were built from the staging rows these exports will read
               and con.execute(f"select coalesce(sum({delta.FINGERPRINT}), 0)::varchar "
                               "from staging.interactions").fetchone()[0] == labels_now["inputs_sum"])
+    appended: dict[str, tuple[int, int]] = {}
     con.execute("begin transaction")
     try:
         if usable:
-            _build_incremental(con, params, changes)
+            appended = _build_incremental(con, params, changes)
         else:
             _build_whole(con, params)
         delta.save(con, "training", key, {"labels": labels_now})
@@ -115,7 +126,8 @@ def build_training_sets(
     except BaseException:
         con.execute("rollback")
         raise
-    return counts
+    return delta.Built(counts, appended)
+
 
 
 def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
@@ -139,8 +151,10 @@ def _drop_fw_interactions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("drop table if exists temp.main.fw_interactions")
 
 
-def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str) -> None:
-    """Delete and recompute the touched interactions, weighted examples and DPO groups."""
+def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
+                       changes: str) -> dict[str, tuple[int, int]]:
+    """Delete and recompute the touched interactions, weighted examples and DPO groups; per table,
+    the first rowid and the number of the rows inserted (``delta.Built.appended``)."""
     delta.temp_keys(con, "fw_touched_interactions", changes)
     delta.temp_keys(con, "fw_touched_weighted", f"""
         (select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w
@@ -168,16 +182,16 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
                     sql_params("exports/dpo_settled_groups", params))
     _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
                              f"(select key from fw_touched_groups) and id not {touched}")
-    con.execute(f"delete from exports.sft where interaction_id {touched}")
-    con.execute(f"delete from exports.kto where (origin = 'interaction' and example_id {touched}) "
-                f"or (origin <> 'interaction' and example_id {weighted})")
-    con.execute("delete from exports.dpo where prompt_group in (select key from fw_touched_groups)")
-    con.execute(f"delete from exports.weighted where content_hash {weighted}")
+    for table, rows in RECOMPUTED.items():
+        con.execute(f"delete from {table} as base where {rows}")
+    appended = {}
     for name in EXPORTS:
-        insert_sql(con, f"exports/{name}", part)
+        start = delta.next_rowid(con, f"exports.{name}")
+        appended[f"exports.{name}"] = (start, insert_sql(con, f"exports/{name}", part))
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
                 f"from staging.weighted_examples as w where content_hash {weighted}")
+    return appended
 
 
 def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str) -> None:

@@ -29,7 +29,7 @@ from dagster_project.metadata import count, preview
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
 from dagster_project.validation import apply_drops, carry_exclusions, record_validations, validate_table
-from transforms.delta import Built
+from transforms.delta import Built, days_of
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -150,6 +150,17 @@ def _check_summary(report) -> dict:
     }
 
 
+def changed_days(con: duckdb.DuckDBPyConnection, built: Built, table: str) -> set[str] | None:
+    """The event days of every row ``built`` deleted from or appended to ``table``, None when that
+    cannot be told (a whole rebuild, no event time, appended rows that left their range)."""
+    if table not in built.appended or built.deleted_days.get(table) is None:
+        return None
+    if _rows_in(con, table, built.scope(table)) != built.appended[table][1]:
+        return None
+    appended = days_of(con, table, built.scope(table))
+    return None if appended is None else built.deleted_days[table] | appended
+
+
 def _rows_in(con: duckdb.DuckDBPyConnection, table: str, scope: str) -> int:
     return count(con, f"select count(*) from {_quoted(table)} base where {scope}")
 
@@ -194,10 +205,14 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             scopes = {table: built.scope(table) for table, (_, added) in built.appended.items()
                       if baseline_covers(con, table, built_by.get(table))
                       and _rows_in(con, table, built.scope(table)) == added}
+            changed = {table: changed_days(con, built, table) for table in spec.tables}
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)
             drops = {table: apply_drops(con, table, run_id=context.run_id, scope=scopes.get(table))
                      for table in spec.tables}
+            # rows the drop checks delete are among the appended ones only when they looked at those
+            changed = {table: days if table in scopes or not drops[table].total else None
+                       for table, days in changed.items()}
             # a checkpoint after the deletes may renumber rows, only downwards: a range that lost
             # some of its rows is not used
             scopes = {table: scope for table, scope in scopes.items()
@@ -208,6 +223,8 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                        for table, before in built_by.items()}
             for table in spec.tables:
                 versions.record_build(con, table, key, context.run_id)
+                # the days whose snapshot files must be hashed again (all of them if None)
+                versions.record_changes(con, table, key, built_by[table], changed[table])
             extra = spec.headline(con) if spec.headline else {}
             for table in spec.tables:
                 yield dg.MaterializeResult(

@@ -85,6 +85,10 @@ def test_a_run_rehashes_only_the_days_staging_changed_and_publishes_what_hashing
     result = run_pipeline(settings)
     assert result.success, result.failures
     assert recorded_days(settings, "staging.interactions") == ["2026-02-24", "2026-02-27"]
+    # the marts and training sets built from it incrementally say so too
+    for table in ("marts.interaction_labels", "exports.kto"):
+        assert recorded_days(settings, table) == ["2026-02-24", "2026-02-27"], table
+    assert recorded_days(settings, "exports.sft") == ["2026-02-27"]  # 17 is a negative: never in sft
     after = read_manifest(settings.export_dir)["datasets"]["internal/staging.interactions"]
     assert after["table_version"] != before["table_version"]
     old = {f["name"]: f["object"] for f in before["files"]}

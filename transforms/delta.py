@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from transforms.partitions import partition_column, time_sql
 from transforms.sqlfiles import sql_text
 
 SCHEMA = "lineage"
@@ -42,10 +43,37 @@ class Built:
 
     rows: dict[str, int]
     appended: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # per table changed incrementally, the event days of the rows it deleted (``delete_recomputed``;
+    # None: the table has no event time); with the days of the appended rows, the snapshot's
+    # files to hash again (``versions.record_changes``)
+    deleted_days: dict[str, set[str] | None] = field(default_factory=dict)
 
     def scope(self, table: str) -> str | None:
         """A predicate over the table (alias ``base``) true of every row the build wrote."""
         return f"base.rowid >= {int(self.appended[table][0])}" if table in self.appended else None
+
+
+def delete_recomputed(con: duckdb.DuckDBPyConnection, recomputed: dict[str, str]) -> dict[str, set[str] | None]:
+    """Delete from each table the rows its predicate (alias ``base``) selects: the rows an
+    incremental build recomputes. Returns the event days they were on (``days_of``)."""
+    days = {}
+    for table, rows in recomputed.items():
+        days[table] = days_of(con, table, rows)
+        con.execute(f"delete from {table} as base where {rows}")
+    return days
+
+
+def days_of(con: duckdb.DuckDBPyConnection, table: str, rows: str) -> set[str] | None:
+    """The event days (``transforms.partitions``: as the snapshot cuts files) of the rows of
+    ``table`` that ``rows`` (a predicate, alias ``base``) selects; None without an event time."""
+    schema, name = table.split(".", 1)
+    columns = dict(con.execute("select column_name, data_type from duckdb_columns() where database_name = "
+                               "current_database() and schema_name = ? and table_name = ?", [schema, name]).fetchall())
+    column = partition_column(columns)
+    if column is None:
+        return None
+    return {r[0] for r in con.execute(f"select distinct {time_sql(column, alias='base')} from {table} as base "
+                                      f"where {rows}").fetchall()}
 
 
 def next_rowid(con: duckdb.DuckDBPyConnection, table: str) -> int:

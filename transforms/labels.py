@@ -105,6 +105,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
               and con.execute("select count(*) from raw.feedback where observed_seq <= ?",
                               [state["feedback_seq"]]).fetchone()[0] == state["feedback_rows"])
     appended: dict[str, tuple[int, int]] = {}
+    deleted: dict[str, set[str] | None] = {}
     con.execute("begin transaction")
     try:
         if usable:
@@ -112,8 +113,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
                         "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
                         [state["feedback_seq"]])
-            for table, rows in RECOMPUTED.items():
-                con.execute(f"delete from {table} as base where {rows}")
+            deleted = delta.delete_recomputed(con, RECOMPUTED)
             for name in LABEL_SQL:
                 table = name.replace("/", ".")
                 start = delta.next_rowid(con, table)
@@ -136,7 +136,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     except BaseException:
         con.execute("rollback")
         raise
-    return delta.Built(counts, appended)
+    return delta.Built(counts, appended, deleted)
 
 
 def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> None:

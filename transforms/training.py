@@ -113,10 +113,11 @@ def build_training_sets(
               and con.execute(f"select coalesce(sum({delta.FINGERPRINT}), 0)::varchar "
                               "from staging.interactions").fetchone()[0] == labels_now["inputs_sum"])
     appended: dict[str, tuple[int, int]] = {}
+    deleted: dict[str, set[str] | None] = {}
     con.execute("begin transaction")
     try:
         if usable:
-            appended = _build_incremental(con, params, changes)
+            appended, deleted = _build_incremental(con, params, changes)
         else:
             _build_whole(con, params)
         delta.save(con, "training", key, {"labels": labels_now})
@@ -126,7 +127,7 @@ def build_training_sets(
     except BaseException:
         con.execute("rollback")
         raise
-    return delta.Built(counts, appended)
+    return delta.Built(counts, appended, deleted)
 
 
 
@@ -151,10 +152,11 @@ def _drop_fw_interactions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("drop table if exists temp.main.fw_interactions")
 
 
-def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
-                       changes: str) -> dict[str, tuple[int, int]]:
+def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str
+                       ) -> tuple[dict[str, tuple[int, int]], dict[str, set[str] | None]]:
     """Delete and recompute the touched interactions, weighted examples and DPO groups; per table,
-    the first rowid and the number of the rows inserted (``delta.Built.appended``)."""
+    the first rowid and the number of the rows inserted (``delta.Built.appended``), and the event
+    days of the rows deleted (``delta.Built.deleted_days``)."""
     delta.temp_keys(con, "fw_touched_interactions", changes)
     delta.temp_keys(con, "fw_touched_weighted", f"""
         (select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w
@@ -182,8 +184,7 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
                     sql_params("exports/dpo_settled_groups", params))
     _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
                              f"(select key from fw_touched_groups) and id not {touched}")
-    for table, rows in RECOMPUTED.items():
-        con.execute(f"delete from {table} as base where {rows}")
+    deleted = delta.delete_recomputed(con, RECOMPUTED)
     appended = {}
     for name in EXPORTS:
         start = delta.next_rowid(con, f"exports.{name}")
@@ -191,7 +192,7 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
                 f"from staging.weighted_examples as w where content_hash {weighted}")
-    return appended
+    return appended, deleted
 
 
 def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str) -> None:

@@ -200,7 +200,9 @@ def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str) -> None:
     on the id column alone and the rows fetched by rowid: a semi join would read every column
     (the texts) of every staging row, a cost that grows with the lake, not with what is new."""
     rowids = [r[0] for r in con.execute(f"select rowid from staging.interactions where id in ({ids})").fetchall()]
-    con.execute("insert into fw_interactions select * from staging.interactions where rowid = any($rowids)",
+    # rowid in (unnest): 0.04 s for 10,000 of 1M rows, where rowid = any(list) took 0.08 s
+    con.execute("insert into fw_interactions select * from staging.interactions "
+                "where rowid in (select unnest($rowids))",
                 {"rowids": rowids})
 
 

@@ -512,21 +512,25 @@ def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str
     if fingerprint is None and _baseline(con, table) is None:
         return
     _ensure_baselines(con)
+    held = con.execute(f"select hashes from {BASELINES} where table_name = ?", [table]).fetchone()
     con.execute(f"delete from {BASELINES} where table_name = ?", [table])
-    stored = 0
+    hashes = 0
     if add_only:
-        con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, r.h from _fw_rows r "
-                    f"semi join _fw_new n on r.rid = n.rid", [table])
-        stored = int(con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?",
-                                 [table]).fetchone()[0])
-    if not add_only or stored > 2 * rows + 1000:
+        added = con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, r.h from _fw_rows r "
+                            f"semi join _fw_new n on r.rid = n.rid", [table]).fetchone()[0]
+        # _fw_new holds only hashes the baseline lacks: the count adds up (no scan of every hash)
+        hashes = (int(held[0]) + int(added) if held is not None and held[0] is not None else
+                  int(con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?",
+                                  [table]).fetchone()[0]))
+    if not add_only or hashes > 2 * rows + 1000:
         con.execute(f"delete from {VALIDATED_ROWS} where table_name = ?", [table])
+        hashes = 0
         if fingerprint is not None:
             if every_row is not None:
                 con.execute(every_row)
-            con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows", [table])
+            hashes = con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_rows",
+                                 [table]).fetchone()[0]
     if fingerprint is not None:
-        hashes = con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?", [table]).fetchone()[0]
         con.execute(f"insert into {BASELINES} values (?, ?, ?, ?, ?, now())", [table, fingerprint, now, hashes, run_id])
 
 

@@ -64,6 +64,21 @@ def _insert(con, table: str, rows) -> None:
                     [k, a, b, s, w, None if hours is None else NOW + timedelta(hours=hours), label, grp])
 
 
+def _apply_step(con, step, now: datetime) -> datetime:
+    """One change of table ``t`` (append, delete, update: a replaced row is appended anew) or of
+    the clock; returns the run time after it."""
+    if step[0] == "append":
+        _insert(con, "t", step[1])
+    elif step[0] == "delete" and (rid := _nth_rowid(con, "t", step[1])) is not None:
+        con.execute("delete from t where rowid = ?", [rid])
+    elif step[0] == "update" and (rid := _nth_rowid(con, "t", step[1])) is not None:
+        con.execute("delete from t where rowid = ?", [rid])
+        _insert(con, "t", [step[2]])
+    elif step[0] == "now":
+        return now + timedelta(days=step[1])
+    return now
+
+
 def _nth_rowid(con, table: str, n: int):
     ids = [r[0] for r in con.execute(f"select rowid from {table} order by rowid").fetchall()]
     return ids[n % len(ids)] if ids else None
@@ -82,15 +97,7 @@ def test_incremental_validation_of_a_sequence_of_changes_reports_what_full_valid
     now = NOW
     validate_table(con, "t", run_id="r0", now=now, checks=SUITE)
     for n, step in enumerate(steps, 1):
-        if step[0] == "append":
-            _insert(con, "t", step[1])
-        elif step[0] == "delete" and (rid := _nth_rowid(con, "t", step[1])) is not None:
-            con.execute("delete from t where rowid = ?", [rid])
-        elif step[0] == "update" and (rid := _nth_rowid(con, "t", step[1])) is not None:
-            con.execute("delete from t where rowid = ?", [rid])  # a replaced row is appended anew
-            _insert(con, "t", [step[2]])
-        elif step[0] == "now":
-            now = now + timedelta(days=step[1])
+        now = _apply_step(con, step, now)
         got = validate_table(con, "t", run_id=f"r{n}", now=now, checks=SUITE)
         con.execute("create or replace table t_full as select * from t")
         want = validate_table(con, "t_full", run_id=f"r{n}", now=now, checks=SUITE, incremental=False)
@@ -446,15 +453,7 @@ def test_validation_scoped_to_the_rows_added_since_the_last_clean_one_reports_wh
     since = con.execute("select coalesce(max(rowid) + 1, 0) from t").fetchone()[0]
     scoped = 0
     for n, step in enumerate(steps, 1):
-        if step[0] == "append":
-            _insert(con, "t", step[1])
-        elif step[0] == "delete" and (rid := _nth_rowid(con, "t", step[1])) is not None:
-            con.execute("delete from t where rowid = ?", [rid])
-        elif step[0] == "update" and (rid := _nth_rowid(con, "t", step[1])) is not None:
-            con.execute("delete from t where rowid = ?", [rid])
-            _insert(con, "t", [step[2]])
-        elif step[0] == "now":
-            now = now + timedelta(days=step[1])
+        now = _apply_step(con, step, now)
         clean = validation._baseline_run(con, "t") is not None
         hits = []
         real = validation._scoped_table_level

@@ -16,7 +16,8 @@ bronze and incremental == full refresh whatever the producers did to their files
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,6 +57,17 @@ Progress = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- the engine
+
+
+@contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
+    """``table`` readable as ``name`` by ``con``'s SQL for the block (one statement for many rows,
+    where ``executemany`` runs one insert per row)."""
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        con.unregister(name)
 
 
 class Ingestor:
@@ -255,24 +267,20 @@ class Ingestor:
             keys_gone = [k for k, sha in keys.items() if sha is None]
             keys_set = [(p, k, sha) for (p, k), sha in keys.items() if sha is not None]
             if keys_gone:  # a store deleted or recreated drops every key at once: one statement
-                self.con.register("_gone", arrowcols.table({"path": arrowcols.strings([k[0] for k in keys_gone]),
-                                                            "key": arrowcols.ints([k[1] for k in keys_gone])}))
-                try:
+                gone = arrowcols.table({"path": arrowcols.strings([k[0] for k in keys_gone]),
+                                        "key": arrowcols.ints([k[1] for k in keys_gone])})
+                with registered(self.con, "_gone", gone):
                     self.con.execute("delete from ingest.sqlite_keys k using _gone g "
                                      "where k.source = $source and k.path = g.path and k.key = g.key",
                                      {"source": self.spec.name})
-                finally:
-                    self.con.unregister("_gone")
             if keys_set:
-                self.con.register("_keys", arrowcols.table({"path": arrowcols.strings([k[0] for k in keys_set]),
-                                                            "key": arrowcols.ints([k[1] for k in keys_set]),
-                                                            "sha256": arrowcols.strings([k[2] for k in keys_set])}))
-                try:
+                current = arrowcols.table({"path": arrowcols.strings([k[0] for k in keys_set]),
+                                           "key": arrowcols.ints([k[1] for k in keys_set]),
+                                           "sha256": arrowcols.strings([k[2] for k in keys_set])})
+                with registered(self.con, "_keys", current):
                     self.con.execute("insert or replace into ingest.sqlite_keys "
                                      "select $source, path, key, sha256 from _keys",
                                      {"source": self.spec.name})
-                finally:
-                    self.con.unregister("_keys")
             if events:
                 self.con.executemany("insert into ingest.file_events values (?, ?, ?, ?, ?, ?::timestamptz)", events)
             self._write_files(batch)
@@ -294,7 +302,7 @@ class Ingestor:
         cost ~0.9 ms each, 15 minutes for a million lines."""
         def each(get):
             return [get(i, r) for i, r in rejects]
-        self.con.register("_rejects", arrowcols.table({
+        table = arrowcols.table({
             "source": arrowcols.strings(each(lambda i, r: self.spec.name)),
             "path": arrowcols.strings(each(lambda i, r: batch[i].path)),
             "line_number": arrowcols.ints(each(lambda i, r: r.line_number)),
@@ -307,12 +315,10 @@ class Ingestor:
             "raw_length": arrowcols.ints(each(lambda i, r: r.raw_length)),
             "run_id": arrowcols.strings(each(lambda i, r: batch[i].run_id)),
             "quarantined_at": arrowcols.timestamps(each(lambda i, r: datetime.fromisoformat(batch[i].observed_at))),
-        }))
-        try:
-            names = ", ".join(QUARANTINE_COLUMNS)
+        })
+        names = ", ".join(QUARANTINE_COLUMNS)
+        with registered(self.con, "_rejects", table):
             self.con.execute(f"insert into ingest.quarantine ({names}) select {names} from _rejects")
-        finally:
-            self.con.unregister("_rejects")
 
     def _classify(self, batch, tables, rejects) -> None:
         """Classify every candidate line of the batch in one DuckDB pass. Each unit is keyed by
@@ -325,8 +331,7 @@ class Ingestor:
             "_u_first_line": arrowcols.ints([int(e.meta.get("first_line", 1)) for e in batch]),
             "_u_run": arrowcols.strings([e.run_id for e in batch]),
             "_u_at": arrowcols.timestamps([datetime.fromisoformat(e.observed_at) for e in batch])})
-        self.con.register("_units", units)
-        try:
+        with registered(self.con, "_units", units):
             if rejects:
                 self._quarantine_rejects(batch, rejects)
                 for i, _ in rejects:
@@ -346,11 +351,8 @@ class Ingestor:
                 # Thousands of small files are thousands of small Arrow chunks, and DuckDB pays the
                 # classification's per-chunk cost on each: one copy into full batches costs less.
                 lines = pa.Table.from_batches(lines.combine_chunks().to_batches(max_chunksize=BATCH_ROWS))
-            self.con.register("_lines", lines)
-            try:
+            with registered(self.con, "_lines", lines):
                 self.con.execute(f"create or replace temp table _classified as {self.sql.sql}", self.sql.params)
-            finally:
-                self.con.unregister("_lines")
             del lines, parts
             self._settle_strict()
             # DST fold: second passes through a repeated local hour, from each file's write order
@@ -386,8 +388,6 @@ class Ingestor:
                 "where c.reason is not null and c.reason <> 'blank'",
                 {"source": self.spec.name})
             self.con.execute("drop table _classified")
-        finally:
-            self.con.unregister("_units")
 
     def _settle_strict(self) -> None:
         """Give flagged rows their final verdict with Python's strict JSON parser."""
@@ -411,12 +411,9 @@ class Ingestor:
                                      "byte_offset": arrowcols.ints([a[1] for a in again]),
                                      "text": arrowcols.strings([a[2] for a in again], pa.large_string()),
                                      "path": arrowcols.strings([a[3] for a in again])})
-            self.con.register("_lines", table)
-            try:
+            with registered(self.con, "_lines", table):
                 self.con.execute("delete from _classified where reason = 'strict_check'")
                 self.con.execute(f"insert into _classified {self.sql_lenient.sql}", self.sql_lenient.params)
-            finally:
-                self.con.unregister("_lines")
 
     def _write_files(self, batch: list[bronze_mod.Entry]) -> None:
         """Per-file accounting: counts add up across generations and versions; the watermark
@@ -442,8 +439,7 @@ class Ingestor:
                 "run_id": e.run_id,
                 "at": datetime.fromisoformat(e.observed_at)})
         self.counts = {}
-        self.con.register("_file_updates", arrowcols.from_rows(rows, FILE_STATE))
-        try:
+        with registered(self.con, "_file_updates", arrowcols.from_rows(rows, FILE_STATE)):
             self.con.execute(
                 """
                 insert into ingest.files as f (source, path, format, size_bytes, mtime_ns, lines_read,
@@ -474,5 +470,3 @@ class Ingestor:
                     status = excluded.status, generation = excluded.generation,
                     last_run_id = excluded.last_run_id, last_ingested_at = excluded.last_ingested_at
                 """)
-        finally:
-            self.con.unregister("_file_updates")

@@ -150,4 +150,12 @@ def test_replan_refuses_what_it_cannot_tell(tmp_path):
     assert replan(con, d, objects, entry, {"2026-03-01"}) is None  # cut by day now: not the entry's cut
     d, entry = entry_of("s.u")
     assert replan(con, d, objects, entry, set()) is None  # no event time: one file, always hashed
+    # a day strftime does not print as YYYY-MM-DD has no month in its first 7 characters
+    con.execute("create table s.v as select i, timestamp '2026-01-01' + to_days(i) as timestamp from range(20) r(i)")
+    d, entry = entry_of("s.v")
+    for odd in ("-infinity", "12345-06-07"):
+        con.execute(f"insert into s.v values (99, timestamp '{odd}')")
+        day = con.execute("select strftime(timestamp, '%Y-%m-%d') from s.v where i = 99").fetchone()[0]
+        assert replan(con, d, objects, entry, {day}) is None, odd
+        con.execute("delete from s.v where i = 99")
 

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pyarrow as pa
 
 from conftest import interaction
@@ -124,3 +125,11 @@ print("pandas" in sys.modules)
                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_arrow_text_past_2_gib_needs_the_large_type():
+    """32-bit offsets would wrap silently: refused (the quarantine batch uses the large types)."""
+    gib = bytes(1 << 30)
+    with pytest.raises(OverflowError, match="large type"):
+        arrowcols.binaries([gib, gib])
+    assert arrowcols.binaries([gib, None, b"x"], pa.large_binary()).null_count == 1

@@ -47,16 +47,20 @@ def strings(values: Sequence[str | None], kind: pa.DataType = pa.string()) -> pa
     return _variable([None if v is None else v.encode("utf-8") for v in values], kind)
 
 
-def binaries(values: Sequence[bytes | None]) -> pa.Array:
-    """binary (DuckDB BLOB), None for null."""
-    return _variable(values, pa.binary())
+def binaries(values: Sequence[bytes | None], kind: pa.DataType = pa.binary()) -> pa.Array:
+    """binary or large_binary (DuckDB BLOB), None for null."""
+    return _variable(values, kind)
 
 
 def _variable(encoded: Sequence[bytes | None], kind: pa.DataType) -> pa.Array:
     large = kind in (pa.large_string(), pa.large_binary())
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64 if large else np.int32)
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter((0 if v is None else len(v) for v in encoded), dtype=np.int64, count=len(encoded)),
               out=offsets[1:])
+    if not large:  # 32-bit offsets: past 2 GiB they would wrap silently
+        if offsets[-1] > np.iinfo(np.int32).max:
+            raise OverflowError(f"arrowcols: {offsets[-1]:,} bytes do not fit a {kind} array; use its large type")
+        offsets = offsets.astype(np.int32)
     validity, nulls = _validity(encoded)
     data = b"".join(v for v in encoded if v is not None)
     return pa.Array.from_buffers(kind, len(encoded), [validity, pa.py_buffer(offsets), pa.py_buffer(data)],

@@ -68,7 +68,8 @@ def days_of(con: duckdb.DuckDBPyConnection, table: str, rows: str) -> set[str] |
     ``table`` that ``rows`` (a predicate, alias ``base``) selects; None without an event time."""
     schema, name = table.split(".", 1)
     columns = dict(con.execute("select column_name, data_type from duckdb_columns() where database_name = "
-                               "current_database() and schema_name = ? and table_name = ?", [schema, name]).fetchall())
+                               "current_database() and schema_name = ? and table_name = ? order by column_index",
+                               [schema, name]).fetchall())
     column = partition_column(columns)
     if column is None:
         return None

@@ -309,8 +309,9 @@ class Ingestor:
             "byte_offset": arrowcols.ints(each(lambda i, r: r.byte_offset)),
             "reason": arrowcols.strings(each(lambda i, r: r.reason)),
             "detail": arrowcols.strings(each(lambda i, r: r.detail)),
-            "raw_text": arrowcols.strings(each(lambda i, r: r.raw_text)),
-            "raw_bytes": arrowcols.binaries(each(lambda i, r: r.raw_bytes)),
+            # a batch of rejected lines may hold more than 2 GiB of text: 64-bit offsets
+            "raw_text": arrowcols.strings(each(lambda i, r: r.raw_text), pa.large_string()),
+            "raw_bytes": arrowcols.binaries(each(lambda i, r: r.raw_bytes), pa.large_binary()),
             "raw_sha256": arrowcols.strings(each(lambda i, r: r.raw_sha256)),
             "raw_length": arrowcols.ints(each(lambda i, r: r.raw_length)),
             "run_id": arrowcols.strings(each(lambda i, r: batch[i].run_id)),

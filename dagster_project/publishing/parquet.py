@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -39,6 +40,7 @@ from transforms.sqlfiles import lit
 FORMAT = "flywheel-parquet/2"
 ROW_GROUP_ROWS = 100_000
 DAY_GRAIN_ROWS = 5_000
+ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 # The range's bounds are cast in the session's zone, as strftime prints a TIMESTAMPTZ, so a day's
 # range holds its rows exactly; the slack keeps it a superset should the two ever disagree (the
 # partition name still decides), at the cost of a few more rows read.
@@ -194,7 +196,8 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     ``days`` it changed on since (``versions.changed_days``): only those days' rows are read and
     hashed, every other file is the entry's (the same rows: nothing else changed). None when that
     cannot be told: another schema, order or cut (a table crossing ``DAY_GRAIN_ROWS``), no event
-    time, an empty table, an object gone."""
+    time, an empty table, an object gone. A kept file keeps the object key it was published under
+    (after a DuckDB upgrade, new files are named by the new version's row hash: same rows)."""
     written = reuse(dataset, entry, objects)  # the entry as the publisher wrote it (no erasure since)
     if written is None or any(p.rows == 0 for p in written.parts):
         return None
@@ -207,6 +210,8 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     if part_sql != entry.get("partition_sql"):
         return None
     fmt = _grain(total)
+    if fmt == MONTH and any(d != UNDATED and not ISO_DAY.fullmatch(d) for d in days):
+        return None  # '-infinity', year 10000 or BC: its month is not the day's first 7 characters
     names = sorted({d if d == UNDATED or fmt == DAY else d[:7] for d in days})
 
     def when(name: str) -> str:  # "train-2026-02-03.parquet" -> "2026-02-03"

@@ -437,3 +437,20 @@ def test_a_latin1_file_is_quarantined_line_by_line_with_exact_bytes(settings):
             assert (raw_bytes, raw_text, sha, length) == (None, None, hashlib.sha256(raw).hexdigest(), len(raw))
     f = reports["interactions"].files[0]
     assert (f.lines, f.loaded, f.quarantined) == (52, 1, 51)
+
+
+def test_strict_verdicts_land_on_their_own_file_and_line(settings):
+    """Two files in one batch with flagged lines at the same line numbers: each line keeps its
+    own verdict (they are written back in one statement, joined on file and line)."""
+    folder = settings.raw_dir / "interactions"
+    write_lines(folder / "interactions_2026-02-26_aaaaaaaa.jsonl",
+                [b'{"id": "a", "id": "b"}', b'{"id": 1, broken', dumps(interaction(1)).encode()])
+    write_lines(folder / "interactions_2026-02-26_bbbbbbbb.jsonl",
+                [b'{"id": 1, broken', b'{"x": NaN}', dumps(interaction(2)).encode()])
+    con, _ = ingest(settings, sources=["interactions"])
+    assert rows(con, "select path, line_number, reason from ingest.quarantine order by path, line_number") == [
+        ("interactions/interactions_2026-02-26_aaaaaaaa.jsonl", 1, "duplicate_key"),
+        ("interactions/interactions_2026-02-26_aaaaaaaa.jsonl", 2, "invalid_json"),
+        ("interactions/interactions_2026-02-26_bbbbbbbb.jsonl", 1, "invalid_json"),
+        ("interactions/interactions_2026-02-26_bbbbbbbb.jsonl", 2, "non_standard_json")]
+    assert rows(con, "select count(*) from ingest.quarantine where detail is null or detail = ''") == [(0,)]

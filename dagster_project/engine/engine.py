@@ -404,9 +404,14 @@ class Ingestor:
                 again.append((line_number, byte_offset, text, path))
             else:
                 verdicts.append((new_reason, detail, path, line_number))
-        if verdicts:
-            self.con.executemany(
-                "update _classified set reason = ?, detail = ? where path = ? and line_number = ?", verdicts)
+        if verdicts:  # one statement: a file of broken JSON has a verdict per line
+            found = arrowcols.table({"reason": arrowcols.strings([v[0] for v in verdicts]),
+                                     "detail": arrowcols.strings([v[1] for v in verdicts]),
+                                     "path": arrowcols.strings([v[2] for v in verdicts]),
+                                     "line_number": arrowcols.ints([v[3] for v in verdicts])})
+            with registered(self.con, "_verdicts", found):
+                self.con.execute("update _classified c set reason = v.reason, detail = v.detail from _verdicts v "
+                                 "where c.path = v.path and c.line_number = v.line_number")
         if again:
             table = arrowcols.table({"line_number": arrowcols.ints([a[0] for a in again]),
                                      "byte_offset": arrowcols.ints([a[1] for a in again]),

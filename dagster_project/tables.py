@@ -28,8 +28,8 @@ from dagster_project import versions
 from dagster_project.metadata import count, preview
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
-from dagster_project.validation import apply_drops, carry_exclusions, record_validations, validate_table
-from transforms.delta import Built, days_of
+from dagster_project.validation import BASELINES, apply_drops, carry_exclusions, record_validations, validate_table
+from transforms.delta import Built, days_of, rows_in
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -128,7 +128,7 @@ def baseline_covers(con: duckdb.DuckDBPyConnection, table: str, version: version
         return False
     try:
         found = con.execute(
-            "select count(*) from lineage.validated v join lineage.validation_baselines b "
+            f"select count(*) from {versions.VALIDATED} v join {BASELINES} b "
             "on b.table_name = v.table_name and b.run_id = v.run_id "
             "where v.table_name = ? and v.validation_key = ? and v.passed",
             [table, validation_key]).fetchone()[0]
@@ -152,17 +152,12 @@ def _check_summary(report) -> dict:
 
 def changed_days(con: duckdb.DuckDBPyConnection, built: Built, table: str) -> set[str] | None:
     """The event days of every row ``built`` deleted from or appended to ``table``, None when that
-    cannot be told (a whole rebuild, no event time, appended rows that left their range)."""
+    cannot be told (a whole rebuild, no event time). The caller checked that the appended rows
+    are all still in their range."""
     if table not in built.appended or built.deleted_days.get(table) is None:
-        return None
-    if _rows_in(con, table, built.scope(table)) != built.appended[table][1]:
         return None
     appended = days_of(con, table, built.scope(table))
     return None if appended is None else built.deleted_days[table] | appended
-
-
-def _rows_in(con: duckdb.DuckDBPyConnection, table: str, scope: str) -> int:
-    return count(con, f"select count(*) from {_quoted(table)} base where {scope}")
 
 
 def _quoted(table: str) -> str:
@@ -200,12 +195,15 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             built = spec.build(con, flywheel, context)
             built = built if isinstance(built, Built) else Built(dict(built))
             counts = built.rows
+            # the tables whose appended rows all still lie in their rowid range
+            intact = {table for table, (_, added) in built.appended.items()
+                      if rows_in(con, table, built.scope(table)) == added}
             # a scope stands for "every row outside it was validated clean": only when the last
             # validation of the version the build started from passed with a row baseline
-            scopes = {table: built.scope(table) for table, (_, added) in built.appended.items()
-                      if baseline_covers(con, table, built_by.get(table))
-                      and _rows_in(con, table, built.scope(table)) == added}
-            changed = {table: changed_days(con, built, table) for table in spec.tables}
+            scopes = {table: built.scope(table) for table in intact
+                      if baseline_covers(con, table, built_by.get(table))}
+            changed = {table: changed_days(con, built, table) if table in intact else None
+                       for table in spec.tables}
             # drop expectations: rows that cannot be used leave the table before its check and
             # the snapshot read it; each is named in ingest.excluded (never silently lost)
             drops = {table: apply_drops(con, table, run_id=context.run_id, scope=scopes.get(table))
@@ -216,7 +214,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             # a checkpoint after the deletes may renumber rows, only downwards: a range that lost
             # some of its rows is not used
             scopes = {table: scope for table, scope in scopes.items()
-                      if _rows_in(con, table, scope) == built.appended[table][1] - drops[table].total}
+                      if rows_in(con, table, scope) == built.appended[table][1] - drops[table].total}
             # an incremental build leaves earlier exclusions out of the table: they still count
             carried = {table: carry_exclusions(con, table, run_id=context.run_id,
                                                previous_run=before.run_id if before else None)

@@ -24,8 +24,9 @@ from typing import Any
 
 import duckdb
 
+from transforms.classify import q
 from transforms.partitions import partition_column, time_sql
-from transforms.sqlfiles import sql_text
+from transforms.sqlfiles import sql_text, table_columns
 
 SCHEMA = "lineage"
 
@@ -66,15 +67,22 @@ def delete_recomputed(con: duckdb.DuckDBPyConnection, recomputed: dict[str, str]
 def days_of(con: duckdb.DuckDBPyConnection, table: str, rows: str) -> set[str] | None:
     """The event days (``transforms.partitions``: as the snapshot cuts files) of the rows of
     ``table`` that ``rows`` (a predicate, alias ``base``) selects; None without an event time."""
-    schema, name = table.split(".", 1)
-    columns = dict(con.execute("select column_name, data_type from duckdb_columns() where database_name = "
-                               "current_database() and schema_name = ? and table_name = ? order by column_index",
-                               [schema, name]).fetchall())
-    column = partition_column(columns)
+    column = partition_column(table_columns(con, table) or {})
     if column is None:
         return None
-    return {r[0] for r in con.execute(f"select distinct {time_sql(column, alias='base')} from {table} as base "
-                                      f"where {rows}").fetchall()}
+    return {r[0] for r in con.execute(f"select distinct {time_sql(column, alias='base')} from {_quoted(table)} "
+                                      f"as base where {rows}").fetchall()}
+
+
+def rows_in(con: duckdb.DuckDBPyConnection, table: str, rows: str) -> int:
+    """How many rows of ``table`` the predicate ``rows`` (alias ``base``) selects: a rowid range
+    a build appended still holds all its rows when this is as many as it appended (a checkpoint
+    renumbers rows only downwards, and older rows all lie below the range)."""
+    return con.execute(f"select count(*) from {_quoted(table)} base where {rows}").fetchone()[0]
+
+
+def _quoted(table: str) -> str:
+    return ".".join(q(part) for part in table.split("."))
 
 
 def next_rowid(con: duckdb.DuckDBPyConnection, table: str) -> int:

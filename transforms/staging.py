@@ -21,7 +21,6 @@ import duckdb
 
 from transforms import delta
 from transforms.classify import q
-from transforms.partitions import partition_column, time_sql
 from transforms.spec import SourceSpec
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
@@ -165,7 +164,6 @@ class _State:
     code_key: str
     has_staging: bool
     has_excluded: bool
-    days_column: str | None = None  # staging's event-time column, as the publisher cuts its files
 
 
 def _catalog(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, dict[str, str]]:
@@ -191,8 +189,7 @@ def _state(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> _State:
     code_key = hashlib.sha256((delta.code_fingerprint(*_CODE) + repr(
         (identity_columns(spec), order_terms(spec), list(raw.items())))).encode()).hexdigest()
     return _State(epoch, applied, code_key, f"staging.{spec.name}" in tables,
-                  f"lineage.staging_excluded_{spec.name}" in tables,
-                  partition_column(tables.get(f"staging.{spec.name}", {})))
+                  f"lineage.staging_excluded_{spec.name}" in tables)
 
 
 def _why_rebuild(state: _State, mark, now: datetime) -> str | None:
@@ -273,31 +270,28 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     con.execute("create or replace temp table _stg_touched as " + " union ".join(touched),
                 {"since": since, **({"source": spec.name} if flagged else {})})
     redecided = con.execute("select count(*) from _stg_touched").fetchone()[0]
+    touched_rows = f"exists (select 1 from _stg_touched t where {_same_identity(spec, 'base', 't')})"
     start, inserted = 0, 0
-    days: set[str] = set()
+    days = delta.days_of(con, table, "false")  # nothing re-decided: no day changed (None: no event time)
     if redecided:
         con.execute("begin transaction")
         try:
-            if state.days_column:  # the days of the rows about to go
-                days.update(r[0] for r in con.execute(
-                    f"select distinct {time_sql(state.days_column, alias='s')} from {staging} s "
-                    f"semi join _stg_touched t on {_same_identity(spec, 's', 't')}").fetchall())
+            gone = delta.days_of(con, table, touched_rows)  # the days of the rows about to go
             con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}")
             # DuckDB appends after every row id ever used, so the rows of this insert are the ones
             # from ``start`` on: a range the scan skips to, for the validation of just these rows
-            start = con.execute(f"select coalesce(max(rowid) + 1, 0) from {staging}").fetchone()[0]
+            start = delta.next_rowid(con, staging)
             inserted = con.execute(f"insert into {staging} " + _winners(
                 spec, f"{raw} r semi join _stg_touched t on {_same_identity(spec, 'r', 't')}")).fetchone()[0]
-            if state.days_column:  # and of the rows that came (the drop step deletes only some of these)
-                days.update(r[0] for r in con.execute(
-                    f"select distinct {time_sql(state.days_column)} from {staging} where rowid >= $start",
-                    {"start": start}).fetchall())
+            # and of the rows that came (the drop step deletes only some of these)
+            came = delta.days_of(con, table, f"base.rowid >= {int(start)}")
+            days = None if gone is None else gone | came
             con.execute("commit")
         except BaseException:
             con.execute("rollback")
             raise
     # Winners outside the scope passed the same checks at an earlier now: only the scope is checked.
-    scope = f"exists (select 1 from _stg_touched t where {_same_identity(spec, 'base', 't')})" if redecided else "false"
+    scope = touched_rows if redecided else "false"
     report = drop(con, table, run_id=run_id, now=now, scope=scope)
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="incremental",
             redecided=redecided)
@@ -306,7 +300,7 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     return StagingResult(rows, "incremental", redecided, f"{redecided} identities since seq {since}", report,
                          scope=f"base.rowid >= {int(start)}" if redecided else "false",
                          added=inserted - (report.total if redecided else 0),
-                         changed_days=sorted(days) if state.days_column else None)
+                         changed_days=None if days is None else sorted(days))
 
 
 def added_rows_in_scope(con: duckdb.DuckDBPyConnection, spec: SourceSpec, result: StagingResult) -> bool:
@@ -315,10 +309,7 @@ def added_rows_in_scope(con: duckdb.DuckDBPyConnection, spec: SourceSpec, result
     A checkpoint that vacuums deleted rows renumbers the rows after them, only ever downwards,
     and rows from before the insert all lie below the range: so the range still holding as many
     rows as were added means none of them moved out of it."""
-    if result.scope is None:
-        return False
-    found = con.execute(f"select count(*) from staging.{q(spec.name)} base where {result.scope}").fetchone()[0]
-    return found == result.added
+    return result.scope is not None and delta.rows_in(con, f"staging.{spec.name}", result.scope) == result.added
 
 
 def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State, report, mode: str,

@@ -57,7 +57,7 @@ import duckdb
 
 from dagster_project.expectations import (MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check, order_keys,
                                           suite_key)
-from transforms.sqlfiles import table_columns
+from transforms.sqlfiles import is_base_table, table_columns
 
 # GX must never phone home (no network in production): set before great_expectations is imported.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -460,9 +460,7 @@ def _map_outcome(total: int, nonnull: int | None, unexpected: int, mostly: float
 def _is_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """A base table (a view has no rowid: it is validated whole). A catalog lookup, not a failing
     query: an error would abort the caller's transaction."""
-    schema, _, name = table.rpartition(".")
-    return bool(con.execute("select exists (select 1 from duckdb_tables() where table_name = ? "
-                            "and (? = '' or schema_name = ?))", [name, schema, schema]).fetchone()[0])
+    return is_base_table(con, table)
 
 
 def forget_baselines(con: duckdb.DuckDBPyConnection) -> None:
@@ -1069,8 +1067,7 @@ def ensure_validations_table(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("create schema if not exists ingest")
     cols = ", ".join(f"{name} {kind}" for name, kind in VALIDATIONS_COLUMNS.items())
     con.execute(f"create table if not exists ingest.validations ({cols})")
-    have = {r[0] for r in con.execute("select column_name from information_schema.columns "
-                                      "where table_schema = 'ingest' and table_name = 'validations'").fetchall()}
+    have = table_columns(con, "ingest.validations") or {}
     for name, kind in VALIDATIONS_COLUMNS.items():  # an older table: add what it lacks
         if name not in have:
             con.execute(f"alter table ingest.validations add column {name} {kind}")

@@ -22,6 +22,7 @@ from pathlib import Path
 import duckdb
 
 from transforms.delta import code_fingerprint
+from transforms.sqlfiles import is_base_table
 
 SCHEMA = "lineage"
 TABLE = f"{SCHEMA}.table_versions"
@@ -39,6 +40,8 @@ class Version:
 
 
 def ensure(con: duckdb.DuckDBPyConnection) -> None:
+    if is_base_table(con, TABLE):  # called before every lookup: a bind, not two DDL statements
+        return
     con.execute(f"create schema if not exists {SCHEMA}")
     con.execute(f"""
         create table if not exists {TABLE} (
@@ -79,6 +82,16 @@ def record_build(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run
     epoch = before.epoch if before is not None and before.input_key == input_key else input_key
     con.execute(f"insert or replace into {TABLE} values (?, ?, ?, ?, ?, now())",
                 [table, input_key, epoch, input_key, run_id])
+
+
+def record_unchanged(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run_id: str | None,
+                     before: Version) -> None:
+    """``table`` was built from ``input_key`` and holds exactly the rows of its version ``before``
+    (an incremental build that deleted and inserted nothing): it keeps that version, so its
+    validation and its snapshot files are reused instead of redone."""
+    ensure(con)
+    con.execute(f"insert or replace into {TABLE} values (?, ?, ?, ?, ?, now())",
+                [table, before.version, before.epoch, input_key, run_id])
 
 
 def invalidate(con: duckdb.DuckDBPyConnection, table: str) -> None:
@@ -177,9 +190,7 @@ def reusable(con: duckdb.DuckDBPyConnection, tables: Iterable[str], input_key: s
 
 
 def exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    schema, name = table.split(".", 1)
-    return bool(con.execute("select count(*) from duckdb_tables() where database_name = current_database() "
-                            "and schema_name = ? and table_name = ? and not temporary", [schema, name]).fetchone()[0])
+    return is_base_table(con, table)
 
 
 def secret_hash(secret: bytes | str | None) -> str | None:

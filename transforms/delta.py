@@ -26,7 +26,7 @@ import duckdb
 
 from transforms.classify import q
 from transforms.partitions import partition_column, time_sql
-from transforms.sqlfiles import sql_text, table_columns
+from transforms.sqlfiles import relation_exists, sql_text, table_columns
 
 SCHEMA = "lineage"
 
@@ -142,9 +142,7 @@ def settings_key(*parts: Any, sql: tuple[str, ...] = ()) -> str:
 
 def raw_epoch(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
     """The epoch ``lineage.table_versions`` gives ``table`` (changes when it is replayed)."""
-    exists = con.execute("select count(*) from information_schema.tables "
-                         "where table_schema = 'lineage' and table_name = 'table_versions'").fetchone()[0]
-    if not exists:
+    if not relation_exists(con, "lineage.table_versions"):
         return None
     row = con.execute("select epoch from lineage.table_versions where table_name = ?", [table]).fetchone()
     return row[0] if row else None
@@ -152,19 +150,13 @@ def raw_epoch(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
 
 def has_fingerprints(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """True when every row of ``table`` has an observation order (engine-loaded rows do)."""
-    schema, name = table.split(".")
-    cols = {r[0] for r in con.execute(
-        "select column_name from information_schema.columns where table_schema = ? and table_name = ?",
-        [schema, name]).fetchall()}
-    if not set(FINGERPRINT_COLUMNS) <= cols:
+    if not set(FINGERPRINT_COLUMNS) <= set(table_columns(con, table) or {}):
         return False
     return con.execute(f"select count(*) = count(observed_seq) from {table}").fetchone()[0]
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, qualified: str) -> bool:
-    schema, table = qualified.split(".")
-    return bool(con.execute("select count(*) from information_schema.tables "
-                            "where table_schema = ? and table_name = ?", [schema, table]).fetchone()[0])
+    return relation_exists(con, qualified)
 
 
 def temp_keys(con: duckdb.DuckDBPyConnection, name: str, select: str | None = None,

@@ -64,11 +64,30 @@ def _quote_table(name: str) -> str:
     return ".".join(f'"{part}"' for part in name.split("."))
 
 
+def _relation(con: duckdb.DuckDBPyConnection, table: str) -> duckdb.DuckDBPyRelation | None:
+    """``[schema.]table`` bound by name, None if it does not exist. Binding costs ~0.1 ms where
+    ``information_schema``/``duckdb_tables()`` build a row (with its SQL) for every table of
+    the catalog (1-3 ms on a state database of 80 tables), and a name that does not bind leaves
+    the caller's transaction usable (a failed query would abort it)."""
+    try:
+        return con.table(_quote_table(table))
+    except duckdb.CatalogException:
+        return None
+
+
 def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str] | None:
-    """``{column: type}`` of ``[schema.]table`` in declaration order; None if it does not exist."""
-    schema, _, name = table.rpartition(".")
-    rows = con.execute(
-        "select column_name, data_type from information_schema.columns "
-        "where table_schema = coalesce(nullif(?, ''), current_schema()) and table_name = ? "
-        "order by ordinal_position", [schema, name]).fetchall()
-    return dict(rows) if rows else None
+    """``{column: type}`` of ``[schema.]table`` (or view) in declaration order; None if it does
+    not exist. Types are spelled as ``information_schema.columns.data_type`` spells them."""
+    rel = _relation(con, table)
+    return None if rel is None else dict(zip(rel.columns, (str(t) for t in rel.types)))
+
+
+def relation_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """``[schema.]table`` names a table or a view."""
+    return _relation(con, table) is not None
+
+
+def is_base_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """``[schema.]table`` names a base table (not a view: a view has no rowid)."""
+    rel = _relation(con, table)
+    return rel is not None and rel.type == "TABLE_RELATION"

@@ -29,7 +29,7 @@ import duckdb
 from transforms import delta, pseudonyms, text
 from transforms.labels import (as_date, build_labels, check_days, insert_sql, label_changes_since,
                                latest_label_build, run_sql, sql_params, table_exists)
-from transforms.sqlfiles import sql_text
+from transforms.sqlfiles import sql_text, table_columns
 
 DEFAULT_EVAL_FRACTION = 0.05
 DEFAULT_DPO_MAX_PAIRS = 16
@@ -245,6 +245,4 @@ def kto_balance(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 
 def public_columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
     """The columns of ``exports.<name>`` (to check the SPEC 5 prefix)."""
-    return [r[0] for r in con.execute(
-        "select column_name from information_schema.columns where table_schema = 'exports' "
-        "and table_name = ? order by ordinal_position", [name]).fetchall()]
+    return list(table_columns(con, f"exports.{name}") or {})

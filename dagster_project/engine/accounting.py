@@ -8,7 +8,7 @@ import duckdb
 
 from transforms.classify import output_columns, q
 from transforms.spec import SourceSpec
-from transforms.sqlfiles import SQL_DIR
+from transforms.sqlfiles import SQL_DIR, table_columns
 from transforms.staging import PROVENANCE
 
 
@@ -63,12 +63,7 @@ def ensure_raw_table(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> None:
     table = f"raw.{q(spec.name)}"
     cols = ", ".join(f"{q(n)} {t}" for n, t in wanted)
     con.execute(f"create table if not exists {table} ({cols})")
-    have = con.execute(
-        "select column_name from duckdb_columns() where database_name = current_database() "
-        "and schema_name = 'raw' and table_name = ? order by column_index",
-        [spec.name],
-    ).fetchall()
-    if [c for (c,) in have] != [n for n, _ in wanted]:
+    if list(table_columns(con, f"raw.{spec.name}") or {}) != [n for n, _ in wanted]:
         raise SchemaChangedError(
             f"source {spec.name!r}: its declared fields changed since raw.{spec.name} was built; "
             "run `flywheel run --full-refresh` to rebuild it (from bronze: nothing is lost)"

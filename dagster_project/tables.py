@@ -160,6 +160,14 @@ def changed_days(con: duckdb.DuckDBPyConnection, built: Built, table: str) -> se
     return None if appended is None else built.deleted_days[table] | appended
 
 
+def _untouched(built: Built, table: str, intact: set[str], dropped: int, before: versions.Version | None) -> bool:
+    """The build changed no row of ``table``: it appended none (and its range says so), deleted
+    none (no event day of a deleted row) and the drop checks removed none, starting from a
+    version a completed build made (``invalidate`` leaves a random one behind a failed build)."""
+    return (table in intact and built.appended[table][1] == 0 and built.deleted_days.get(table) == set()
+            and not dropped and before is not None and before.input_key is not None)
+
+
 def _quoted(table: str) -> str:
     return ".".join(f'"{part}"' for part in table.split("."))
 
@@ -220,6 +228,9 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                                                previous_run=before.run_id if before else None)
                        for table, before in built_by.items()}
             for table in spec.tables:
+                if _untouched(built, table, intact, drops[table].total, built_by[table]):
+                    versions.record_unchanged(con, table, key, context.run_id, built_by[table])
+                    continue
                 versions.record_build(con, table, key, context.run_id)
                 # the days whose snapshot files must be hashed again (all of them if None)
                 versions.record_changes(con, table, key, built_by[table], changed[table])

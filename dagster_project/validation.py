@@ -42,6 +42,7 @@ nothing is dropped for it and its GX result fails the run). Nothing here imports
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -419,7 +420,9 @@ def _value(check: Check, columns: dict[str, str] | None = None) -> str:
     return value
 
 
+@functools.cache
 def _gx_version() -> str:
+    """Read once per process: each read parses the package's metadata file (~5 ms)."""
     from importlib.metadata import version
 
     return version("great_expectations")  # without importing GX (2 s)

@@ -1,0 +1,85 @@
+"""The analyst warehouse built from the previous snapshot's (``publishing.warehouse``): kept views
+read the new snapshot's files, and views and comments equal those of a warehouse built afresh."""
+
+from __future__ import annotations
+
+import shutil
+
+import duckdb
+import pytest
+
+from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
+
+
+def write_snapshot(root, tables: dict[str, list[tuple[int, str]]]) -> dict[str, list[tuple[str, int]]]:
+    """One Parquet file per table under ``root``; the views argument build_warehouse takes."""
+    con = duckdb.connect()
+    views = {}
+    for table, rows in tables.items():
+        folder = root / table.replace(".", "/")
+        folder.mkdir(parents=True, exist_ok=True)
+        values = ", ".join(f"({n}, '{text}')" for n, text in rows)
+        con.execute(f"copy (select * from (values {values}) t(n, text)) to '{folder / 'part-1.parquet'}' (format parquet)")
+        views[table] = [(f"{table.replace('.', '/')}/part-1.parquet", (folder / "part-1.parquet").stat().st_size)]
+    return views
+
+
+def catalog(path) -> set[tuple]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return set(con.execute("select schema_name, view_name, comment from duckdb_views() where not internal").fetchall()
+                   + con.execute("select schema_name, table_name, column_name, comment from duckdb_columns()").fetchall())
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def state():
+    con = duckdb.connect()
+    con.execute("create schema marts; create schema exports")
+    for table in ("marts.a", "marts.b", "exports.c"):
+        con.execute(f"create table {table} (n bigint, text varchar)")
+        con.execute(f"comment on table {table} is 'table {table}'")
+        con.execute(f"comment on column {table}.n is 'n of {table}'")
+    return con
+
+
+def test_a_warehouse_built_from_the_previous_one_equals_one_built_afresh(tmp_path, state):
+    first, second = tmp_path / "snap-1", tmp_path / "snap-2"
+    views = write_snapshot(first, {"marts.a": [(1, "x")], "marts.b": [(2, "y")], "exports.c": [(3, "z")]})
+    build_warehouse(state, first / "warehouse.duckdb", views)
+
+    # next snapshot: a unchanged (kept), b rewritten, c no longer published; a description changed
+    shutil.copytree(first / "marts" / "a", second / "marts" / "a")
+    views = {"marts.a": views["marts.a"], **write_snapshot(second, {"marts.b": [(2, "y"), (4, "w")]})}
+    state.execute("comment on column marts.a.n is 'a better description'")
+    state.execute("comment on column marts.a.text is 'text of a'")
+    state.execute("comment on table marts.a is null")
+    build_warehouse(state, second / "warehouse.duckdb", views, previous=first / "warehouse.duckdb", kept={"marts.a"})
+    build_warehouse(state, second / "fresh.duckdb", views)
+
+    assert catalog(second / "warehouse.duckdb") == catalog(second / "fresh.duckdb")
+    assert ("marts", "a", "n", "a better description") in catalog(second / "warehouse.duckdb")
+    shutil.rmtree(first)  # the views read the second snapshot's files, not the first's
+    verify_warehouse(second / "warehouse.duckdb", {"marts.a": 1, "marts.b": 2})
+    con = duckdb.connect(str(second / "warehouse.duckdb"), read_only=True)
+    assert con.execute("select * from marts.b order by n").fetchall() == [(2, "y"), (4, "w")]
+    assert con.execute("select flywheel_snapshot()").fetchone()[0] == str(second.resolve())
+
+
+def test_a_kept_view_whose_file_is_missing_fails_the_publish(tmp_path, state):
+    first, second = tmp_path / "snap-1", tmp_path / "snap-2"
+    views = write_snapshot(first, {"marts.a": [(1, "x")]})
+    build_warehouse(state, first / "warehouse.duckdb", views)
+    second.mkdir()
+    with pytest.raises(RuntimeError, match="view marts.a does not read .*is missing"):
+        build_warehouse(state, second / "warehouse.duckdb", views, previous=first / "warehouse.duckdb",
+                        kept={"marts.a"})
+
+
+def test_a_previous_warehouse_that_does_not_open_is_not_used(tmp_path, state):
+    first = tmp_path / "snap-1"
+    views = write_snapshot(first, {"marts.a": [(1, "x")]})
+    (tmp_path / "broken.duckdb").write_bytes(b"not a database")
+    build_warehouse(state, first / "warehouse.duckdb", views, previous=tmp_path / "broken.duckdb", kept={"marts.a"})
+    verify_warehouse(first / "warehouse.duckdb", {"marts.a": 1})

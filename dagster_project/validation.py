@@ -58,7 +58,7 @@ import duckdb
 
 from dagster_project.expectations import (MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check, order_keys,
                                           suite_key)
-from transforms.sqlfiles import is_base_table, table_columns
+from transforms.sqlfiles import ensure_table, is_base_table, table_columns
 
 # GX must never phone home (no network in production): set before great_expectations is imported.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -486,10 +486,10 @@ def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Chec
 
 
 def _ensure_baselines(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("create schema if not exists lineage")  # private: never published (snapshot.WAREHOUSE_SCHEMAS)
-    con.execute(f"create table if not exists {BASELINES} (table_name varchar primary key, fingerprint varchar not null, "
-                f"valid_at timestamptz not null, hashes bigint, run_id varchar, updated_at timestamptz)")
-    con.execute(f"create table if not exists {VALIDATED_ROWS} (table_name varchar not null, row_hash ubigint not null)")
+    # lineage is private: never published (snapshot.WAREHOUSE_SCHEMAS)
+    ensure_table(con, BASELINES, "table_name varchar primary key, fingerprint varchar not null, "
+                                 "valid_at timestamptz not null, hashes bigint, run_id varchar, updated_at timestamptz")
+    ensure_table(con, VALIDATED_ROWS, "table_name varchar not null, row_hash ubigint not null")
 
 
 def _baseline(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, datetime] | None:
@@ -628,9 +628,7 @@ def _note_clean(con: duckdb.DuckDBPyConnection, table: str, check: Check, column
     clean = result.status == "passed" and not result.unexpected_count
     if not clean and not _is_table(con, CLEAN_CHECKS):
         return
-    con.execute("create schema if not exists lineage")  # private: never published
-    con.execute(f"create table if not exists {CLEAN_CHECKS} (table_name varchar not null, check_key varchar "
-                f"not null, run_id varchar not null)")
+    ensure_table(con, CLEAN_CHECKS, "table_name varchar not null, check_key varchar not null, run_id varchar not null")
     con.execute(f"delete from {CLEAN_CHECKS} where table_name = ? and check_key = ?", [table, key])
     if clean:
         con.execute(f"insert into {CLEAN_CHECKS} values (?, ?, ?)", [table, key, run_id])
@@ -715,9 +713,8 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
     group_by, needs, counted = check.per_group
     key = hashlib.sha256(json.dumps([BASELINE_SCHEME, duckdb.__version__, group_by, needs]).encode()).hexdigest()[:32]
     content = f"hash({', '.join(_q(c) for c in needs)})"
-    con.execute("create schema if not exists lineage")  # private: never published
-    con.execute(f"create table if not exists {GROUP_KEYS} (table_name varchar not null, group_expr varchar not null, "
-                f"content_hash ubigint not null, group_hash ubigint)")
+    ensure_table(con, GROUP_KEYS, "table_name varchar not null, group_expr varchar not null, "
+                                  "content_hash ubigint not null, group_hash ubigint")
     stored = f"(select content_hash, group_hash from {GROUP_KEYS} where table_name = $table and group_expr = $key)"
     con.execute(f"insert into {GROUP_KEYS} select distinct $table, $key, b.__h, hash({group_by}) "
                 f"from (select {content} as __h, * from {quoted} base{f' where {scope}' if scope else ''}) b "
@@ -1067,9 +1064,7 @@ VALIDATIONS_COLUMNS = {
 
 
 def ensure_validations_table(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("create schema if not exists ingest")
-    cols = ", ".join(f"{name} {kind}" for name, kind in VALIDATIONS_COLUMNS.items())
-    con.execute(f"create table if not exists ingest.validations ({cols})")
+    ensure_table(con, "ingest.validations", ", ".join(f"{name} {kind}" for name, kind in VALIDATIONS_COLUMNS.items()))
     have = table_columns(con, "ingest.validations") or {}
     for name, kind in VALIDATIONS_COLUMNS.items():  # an older table: add what it lacks
         if name not in have:
@@ -1132,9 +1127,7 @@ class DropReport:
 
 
 def ensure_excluded_table(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("create schema if not exists ingest")
-    cols = ", ".join(f"{name} {kind}" for name, kind in EXCLUDED_COLUMNS.items())
-    con.execute(f"create table if not exists ingest.excluded ({cols})")
+    ensure_table(con, "ingest.excluded", ", ".join(f"{name} {kind}" for name, kind in EXCLUDED_COLUMNS.items()))
 
 
 def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now: datetime | None = None,

@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from transforms.delta import code_fingerprint
-from transforms.sqlfiles import is_base_table
+from transforms.sqlfiles import ensure_table, is_base_table
 
 SCHEMA = "lineage"
 TABLE = f"{SCHEMA}.table_versions"
@@ -40,18 +40,8 @@ class Version:
 
 
 def ensure(con: duckdb.DuckDBPyConnection) -> None:
-    if is_base_table(con, TABLE):  # called before every lookup: a bind, not two DDL statements
-        return
-    con.execute(f"create schema if not exists {SCHEMA}")
-    con.execute(f"""
-        create table if not exists {TABLE} (
-            table_name varchar primary key,
-            version varchar not null,
-            epoch varchar not null,
-            input_key varchar,
-            run_id varchar,
-            updated_at timestamptz not null default now()
-        )""")
+    ensure_table(con, TABLE, "table_name varchar primary key, version varchar not null, epoch varchar not null, "
+                             "input_key varchar, run_id varchar, updated_at timestamptz not null default now()")
 
 
 def get(con: duckdb.DuckDBPyConnection, table: str) -> Version | None:
@@ -119,8 +109,8 @@ def record_changes(con: duckdb.DuckDBPyConnection, table: str, version: str, bas
     which ``changed_days`` reads as "anything may have changed"."""
     if base is None or days is None:
         return
-    con.execute(f"create table if not exists {CHANGES} (table_name varchar not null, version varchar not null, "
-                "base_version varchar not null, days varchar[] not null, primary key (table_name, version))")
+    ensure_table(con, CHANGES, "table_name varchar not null, version varchar not null, "
+                               "base_version varchar not null, days varchar[] not null, primary key (table_name, version)")
     con.execute(f"insert or replace into {CHANGES} values (?, ?, ?, ?)", [table, version, base.version, sorted(days)])
 
 
@@ -230,14 +220,8 @@ def exclusions(con: duckdb.DuckDBPyConnection, run_id: str, table: str | None = 
 
 def ensure_validated(con: duckdb.DuckDBPyConnection) -> None:
     ensure(con)
-    con.execute(f"""
-        create table if not exists {VALIDATED} (
-            table_name varchar primary key,
-            validation_key varchar not null,
-            run_id varchar not null,
-            passed boolean not null,
-            result json
-        )""")
+    ensure_table(con, VALIDATED, "table_name varchar primary key, validation_key varchar not null, "
+                                 "run_id varchar not null, passed boolean not null, result json")
 
 
 def validation_key(con: duckdb.DuckDBPyConnection, table: str) -> str | None:

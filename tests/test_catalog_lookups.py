@@ -53,3 +53,13 @@ def test_a_missing_name_leaves_the_transaction_usable(con):
         assert not relation_exists(con, name) and not is_base_table(con, name)
     con.execute("commit")  # a failed query here would have aborted it: "Current transaction is aborted"
     assert con.execute("select id from s.t").fetchall() == [("kept",)]
+
+
+def test_ensure_table_creates_what_is_missing_and_leaves_what_is_there(con):
+    from transforms.sqlfiles import ensure_table
+
+    ensure_table(con, "fresh.log", "seq bigint, note varchar")  # schema and table
+    assert table_columns(con, "fresh.log") == {"seq": "BIGINT", "note": "VARCHAR"}
+    con.execute("insert into fresh.log values (1, 'kept')")
+    ensure_table(con, "fresh.log", "other int")  # as "if not exists": an existing table is not touched
+    assert con.execute("select * from fresh.log").fetchall() == [(1, "kept")]

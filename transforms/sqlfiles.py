@@ -87,6 +87,18 @@ def relation_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     return _relation(con, table) is not None
 
 
+def ensure_table(con: duckdb.DuckDBPyConnection, table: str, columns: str) -> None:
+    """``create table if not exists`` ``schema.table`` (``columns``: its column definitions) and its
+    schema, unless the name binds already: called before every use, a bind (~0.1 ms) instead of two
+    DDL statements (~0.4 ms)."""
+    if is_base_table(con, table):
+        return
+    schema = table.rpartition(".")[0]
+    if schema:
+        con.execute(f'create schema if not exists "{schema}"')
+    con.execute(f"create table if not exists {_quote_table(table)} ({columns})")
+
+
 def is_base_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """``[schema.]table`` names a base table (not a view: a view has no rowid)."""
     rel = _relation(con, table)

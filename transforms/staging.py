@@ -21,7 +21,9 @@ import duckdb
 
 from transforms import delta
 from transforms.classify import q
+from transforms.partitions import partition_column, time_sql
 from transforms.spec import SourceSpec
+from transforms.sqlfiles import table_columns
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
               ("ingest_run_id", "varchar"), ("observed_seq", "bigint"), ("deleted_at_source", "timestamptz")]
@@ -272,12 +274,16 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     redecided = con.execute("select count(*) from _stg_touched").fetchone()[0]
     touched_rows = f"exists (select 1 from _stg_touched t where {_same_identity(spec, 'base', 't')})"
     start, inserted = 0, 0
-    days = delta.days_of(con, table, "false")  # nothing re-decided: no day changed (None: no event time)
+    column = partition_column(table_columns(con, table) or {})
+    days = None if column is None else set()  # nothing re-decided: no day changed (None: no event time)
     if redecided:
         con.execute("begin transaction")
         try:
-            gone = delta.days_of(con, table, touched_rows)  # the days of the rows about to go
-            con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}")
+            # the days of the rows that go, said by the delete itself (not a scan of staging before it)
+            returning = f" returning {time_sql(column, alias='s')}" if column else ""
+            gone = {r[0] for r in con.execute(f"delete from {staging} s using _stg_touched t "
+                                              f"where {_same_identity(spec, 's', 't')}{returning}").fetchall()}
+            gone = gone if column else None
             # DuckDB appends after every row id ever used, so the rows of this insert are the ones
             # from ``start`` on: a range the scan skips to, for the validation of just these rows
             start = delta.next_rowid(con, staging)
@@ -294,7 +300,7 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     scope = touched_rows if redecided else "false"
     report = drop(con, table, run_id=run_id, now=now, scope=scope)
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="incremental",
-            redecided=redecided)
+            redecided=redecided, kept=(start, inserted - report.total) if redecided else None)
     rows = con.execute(f"select count(*) from {staging}").fetchone()[0]
     # the drop step deletes only rows of this insert (its scope), each named in the ledger
     return StagingResult(rows, "incremental", redecided, f"{redecided} identities since seq {since}", report,
@@ -313,16 +319,22 @@ def added_rows_in_scope(con: duckdb.DuckDBPyConnection, spec: SourceSpec, result
 
 
 def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State, report, mode: str,
-            redecided: int) -> None:
-    """Record the identities now excluded and the watermark, in one transaction."""
+            redecided: int, kept: tuple[int, int] | None = None) -> None:
+    """Record the identities now excluded and the watermark, in one transaction. ``kept``: (first
+    rowid, rows) of what an incremental step inserted and kept, the only rows of a touched identity."""
     table = f"staging.{spec.name}"
     excluded = _excluded_table(spec)
     con.execute("begin transaction")
     try:
         # every identity excluded before is in _stg_touched, so this is the whole excluded set
         if redecided or mode == "full":
+            rows = f"staging.{q(spec.name)}"
+            range_sql = f"base.rowid >= {int(kept[0])}" if kept else None
+            if range_sql and delta.rows_in(con, table, range_sql) == kept[1]:
+                # the range still holds exactly the kept rows: look up the touched identities there
+                rows = f"(select * from staging.{q(spec.name)} base where {range_sql})"
             con.execute(f"create or replace table {excluded} as select t.* from _stg_touched t "
-                        f"anti join staging.{q(spec.name)} s on {_same_identity(spec, 't', 's')}")
+                        f"anti join {rows} s on {_same_identity(spec, 't', 's')}")
         con.execute(f"delete from {TOMBSTONES} where source = ? and seq <= ?", [spec.name, state.applied_seq or 0])
         con.execute(f"delete from {WATERMARKS} where table_name = ?", [table])
         # A systemic drop keeps its offenders in staging, outside the excluded set: rebuild next time.

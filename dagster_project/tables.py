@@ -14,7 +14,9 @@ downstream of every table) runs and nothing of the run is published.
 
 A builder that changed a table incrementally says which rows it wrote (``transforms.delta.Built``):
 when the table it started from was validated clean, the drop checks and the validation look at
-those rows only (as staging does), with the same results as on every row.
+those rows only (as staging does), with the same results as on every row. A table the build left
+as it was (nothing written, or a small table rebuilt whole to the same content) keeps its version:
+its validation and its snapshot files are reused.
 """
 
 from collections.abc import Callable, Iterable, Sequence
@@ -228,10 +230,13 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                                                previous_run=before.run_id if before else None)
                        for table, before in built_by.items()}
             for table in spec.tables:
-                if _untouched(built, table, intact, drops[table].total, built_by[table]):
+                # a table rebuilt whole is compared by content with the version it replaces
+                content = None if table in built.appended else versions.content_fingerprint(con, table)
+                if (_untouched(built, table, intact, drops[table].total, built_by[table])
+                        or versions.same_content(con, table, built_by[table], content)):
                     versions.record_unchanged(con, table, key, context.run_id, built_by[table])
                     continue
-                versions.record_build(con, table, key, context.run_id)
+                versions.record_build(con, table, key, context.run_id, fingerprint=content)
                 # the days whose snapshot files must be hashed again (all of them if None)
                 versions.record_changes(con, table, key, built_by[table], changed[table])
             extra = spec.headline(con) if spec.headline else {}

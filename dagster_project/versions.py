@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from transforms.delta import code_fingerprint
-from transforms.sqlfiles import ensure_table, is_base_table
+from transforms.sqlfiles import ensure_table, is_base_table, table_columns
 
 SCHEMA = "lineage"
 TABLE = f"{SCHEMA}.table_versions"
@@ -65,13 +65,46 @@ def bump(con: duckdb.DuckDBPyConnection, table: str, run_id: str | None, *, rese
     return version
 
 
-def record_build(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run_id: str | None) -> None:
-    """``table`` now holds what ``input_key`` determines; its version is that key."""
+def record_build(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run_id: str | None,
+                 fingerprint: str | None = None) -> None:
+    """``table`` now holds what ``input_key`` determines; its version is that key. ``fingerprint``:
+    its content's (``content_fingerprint``), for the next whole rebuild to compare with."""
     ensure(con)
     before = get(con, table)
     epoch = before.epoch if before is not None and before.input_key == input_key else input_key
     con.execute(f"insert or replace into {TABLE} values (?, ?, ?, ?, ?, now())",
                 [table, input_key, epoch, input_key, run_id])
+    ensure_table(con, FINGERPRINTS, "table_name varchar primary key, version varchar not null, fingerprint varchar not null")
+    con.execute(f"delete from {FINGERPRINTS} where table_name = ?", [table])
+    if fingerprint is not None:
+        con.execute(f"insert into {FINGERPRINTS} values (?, ?, ?)", [table, input_key, fingerprint])
+
+
+FINGERPRINTS = f"{SCHEMA}.table_fingerprints"
+# Summing the row hashes reads the whole table: only tables this small are fingerprinted.
+FINGERPRINT_MAX_ROWS = 100_000
+
+
+def content_fingerprint(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """A digest of ``table``'s columns (names and types) and rows (their number and the sum of
+    their 64-bit hashes: independent of row order), None for a table of more than
+    ``FINGERPRINT_MAX_ROWS`` rows. Two contents with the same digest differ with odds of 2^-64."""
+    quoted = ".".join(f'"{part}"' for part in table.split("."))
+    rows = con.execute(f"select count(*) from {quoted}").fetchone()[0]
+    if rows > FINGERPRINT_MAX_ROWS:
+        return None
+    hashes = con.execute(f"select coalesce(sum(hash(*columns(*))), 0)::varchar from {quoted}").fetchone()[0]
+    return key(sorted(table_columns(con, table).items()), rows, hashes)
+
+
+def same_content(con: duckdb.DuckDBPyConnection, table: str, before: Version | None, fingerprint: str | None) -> bool:
+    """A whole rebuild of ``table`` gave the content of its version ``before`` (one a completed
+    build made and fingerprinted)."""
+    if fingerprint is None or before is None or before.input_key is None or not is_base_table(con, FINGERPRINTS):
+        return False
+    row = con.execute(f"select fingerprint from {FINGERPRINTS} where table_name = ? and version = ?",
+                      [table, before.version]).fetchone()
+    return row is not None and row[0] == fingerprint
 
 
 def record_unchanged(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run_id: str | None,

@@ -173,21 +173,25 @@ def table_state(settings, table: str) -> tuple[str, str, str]:
 
 
 @pytest.mark.slow
-def test_a_table_an_incremental_build_left_as_it_was_keeps_its_version_validation_and_files(settings):
+def test_a_table_a_build_left_as_it_was_keeps_its_version_validation_and_files(settings):
     day_file(settings, DAYS[0], range(0, 40))
     assert run_pipeline(settings).success
-    first = {t: table_state(settings, t) for t in ("exports.weighted", "marts.orphan_feedback", "exports.kto")}
+    first = {t: table_state(settings, t) for t in ("exports.weighted", "marts.orphan_feedback", "exports.kto",
+                                                    "marts.session_satisfaction", "marts.session_rating_matches")}
     weighted = read_manifest(settings.export_dir)["datasets"]["training/weighted"]
 
-    day_file(settings, DAYS[1], range(40, 60))  # new interactions: no weighted example, no orphan
+    # new interactions in a new session: no weighted example, no orphan, one more interaction session
+    day_file(settings, DAYS[1], range(40, 60), session_id="a-new-session")
     result = run_pipeline(settings)
     assert result.success, result.failures
-    for table in ("exports.weighted", "marts.orphan_feedback"):
+    # built incrementally and left as it was; and rebuilt whole to the same content (no ratings)
+    for table in ("exports.weighted", "marts.orphan_feedback", "marts.session_satisfaction"):
         version, input_key, validated_by = table_state(settings, table)
         assert version == first[table][0], table  # the rows it holds are those of that version
         assert input_key != first[table][1], table  # built from the new inputs: reusable next run
         assert validated_by == first[table][2], table  # its validation was reused, not redone
-    assert table_state(settings, "exports.kto")[0] != first["exports.kto"][0]  # a table that changed
+    for table in ("exports.kto", "marts.session_rating_matches"):  # changed: incrementally, and whole
+        assert table_state(settings, table)[0] != first[table][0], table
     now = read_manifest(settings.export_dir)["datasets"]["training/weighted"]
     assert now["table_version"] == weighted["table_version"]  # its files were not planned again
     assert [f["object"] for f in now["files"]] == [f["object"] for f in weighted["files"]]
@@ -197,3 +201,19 @@ def test_a_table_an_incremental_build_left_as_it_was_keeps_its_version_validatio
     before = table_state(settings, "exports.weighted")
     assert run_pipeline(settings).success
     assert table_state(settings, "exports.weighted") == before
+
+
+def test_a_content_fingerprint_sees_rows_and_columns_not_their_order(monkeypatch):
+    con = duckdb.connect()
+    con.execute("create schema m; create table m.t as select * from (values (1, 'a'), (2, 'b')) v(n, s)")
+    fingerprint = versions.content_fingerprint(con, "m.t")
+    con.execute("create or replace table m.t as select * from (values (2, 'b'), (1, 'a')) v(n, s)")
+    assert versions.content_fingerprint(con, "m.t") == fingerprint  # the same rows in another order
+    con.execute("create or replace table m.t as select * from (values (1, 'a'), (2, 'c')) v(n, s)")
+    assert versions.content_fingerprint(con, "m.t") != fingerprint
+    con.execute("create or replace table m.t as select * from (values (1, 'a'), (2, 'b')) v(n, label)")
+    assert versions.content_fingerprint(con, "m.t") != fingerprint  # same values, a column renamed
+    con.execute("create or replace table m.t as select * from (values (1, 'a'), (2, 'b'), (2, 'b')) v(n, s)")
+    assert versions.content_fingerprint(con, "m.t") != fingerprint  # a duplicate row counts
+    monkeypatch.setattr(versions, "FINGERPRINT_MAX_ROWS", 2)
+    assert versions.content_fingerprint(con, "m.t") is None  # too big to read whole for this

@@ -53,6 +53,9 @@ TABLES: dict[str, str] = {
     "lineage.table_changes": "Private (never published): per version of a table built incrementally, the version "
                              "before it and the event days (as the snapshot cuts files) of every row the build "
                              "deleted or inserted: the snapshot hashes only those days' files.",
+    "lineage.table_fingerprints": "Private (never published): per small table rebuilt whole, the digest of the "
+                                  "content its current version was built with; a rebuild to the same content "
+                                  "keeps the version (its validation and snapshot files are reused).",
     "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
                           "(detects rows updated or deleted anywhere in the table).",
     "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
@@ -191,6 +194,10 @@ TABLE_COLUMNS: dict[str, str] = {
                                         "a build is under way or for tables ingest writes.",
     "lineage.table_versions.run_id": "The run that made this version.",
     "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
+    "lineage.table_fingerprints.table_name": "schema.table in the state database.",
+    "lineage.table_fingerprints.version": "The version (lineage.table_versions) with this content.",
+    "lineage.table_fingerprints.fingerprint": "sha256 of the columns (names, types), the row count and the sum of "
+                                              "the rows' 64-bit hashes.",
     "lineage.table_changes.table_name": "schema.table in the state database.",
     "lineage.table_changes.version": "The version (lineage.table_versions) the build made.",
     "lineage.table_changes.base_version": "The version the build started from.",

@@ -192,7 +192,9 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.table_versions.epoch": "Changes only when the table was rebuilt rather than appended to.",
     "lineage.table_versions.input_key": "Built tables: sha256 of code, settings read and input versions; null while "
                                         "a build is under way or for tables ingest writes.",
-    "lineage.table_versions.run_id": "The run that made this version.",
+    "lineage.table_versions.run_id": "The run that last built the table: it made this version, or found its "
+                                     "build gave this version's rows again (kept; its exclusions are this "
+                                     "run's, its validation and files those of the run that made it).",
     "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
     "lineage.table_fingerprints.table_name": "schema.table in the state database.",
     "lineage.table_fingerprints.version": "The version (lineage.table_versions) with this content.",

@@ -86,15 +86,16 @@ FINGERPRINT_MAX_ROWS = 100_000
 
 
 def content_fingerprint(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
-    """A digest of ``table``'s columns (names and types) and rows (their number and the sum of
-    their 64-bit hashes: independent of row order), None for a table of more than
-    ``FINGERPRINT_MAX_ROWS`` rows. Two contents with the same digest differ with odds of 2^-64."""
+    """A digest of ``table``'s columns (names and types, in order) and rows (their number and the
+    sum of the 64-bit hashes of each row's JSON: independent of row order), None for a table of more
+    than ``FINGERPRINT_MAX_ROWS`` rows. The JSON keeps what ``hash()`` of the values loses: an empty
+    list from NULL, nesting, a struct of NULLs from NULL, -0.0 from 0.0."""
     quoted = ".".join(f'"{part}"' for part in table.split("."))
     rows = con.execute(f"select count(*) from {quoted}").fetchone()[0]
     if rows > FINGERPRINT_MAX_ROWS:
         return None
-    hashes = con.execute(f"select coalesce(sum(hash(*columns(*))), 0)::varchar from {quoted}").fetchone()[0]
-    return key(sorted(table_columns(con, table).items()), rows, hashes)
+    hashes = con.execute(f"select coalesce(sum(hash(to_json(t)::varchar)), 0)::varchar from {quoted} t").fetchone()[0]
+    return key(list(table_columns(con, table).items()), rows, hashes)
 
 
 def same_content(con: duckdb.DuckDBPyConnection, table: str, before: Version | None, fingerprint: str | None) -> bool:

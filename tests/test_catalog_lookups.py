@@ -48,7 +48,7 @@ def test_kinds(con):
 def test_a_missing_name_leaves_the_transaction_usable(con):
     con.execute("begin transaction")
     con.execute("insert into s.t (id) values ('kept')")
-    for name in ("s.nope", "nope.t", "nope"):
+    for name in ("s.nope", "nope.t", "nope", "s.table", "con"):  # no Python object stands in for them
         assert table_columns(con, name) is None
         assert not relation_exists(con, name) and not is_base_table(con, name)
     con.execute("commit")  # a failed query here would have aborted it: "Current transaction is aborted"

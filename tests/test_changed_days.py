@@ -215,5 +215,15 @@ def test_a_content_fingerprint_sees_rows_and_columns_not_their_order(monkeypatch
     assert versions.content_fingerprint(con, "m.t") != fingerprint  # same values, a column renamed
     con.execute("create or replace table m.t as select * from (values (1, 'a'), (2, 'b'), (2, 'b')) v(n, s)")
     assert versions.content_fingerprint(con, "m.t") != fingerprint  # a duplicate row counts
-    monkeypatch.setattr(versions, "FINGERPRINT_MAX_ROWS", 2)
+    con.execute("create or replace table m.t as select * from (values ('a', 1), ('b', 2)) v(s, n)")
+    assert versions.content_fingerprint(con, "m.t") != fingerprint  # the columns' order counts
+    # what hash() of the values alone confuses
+    for first, second in (("null::int[]", "[]::int[]"), ("null::struct(x int)", "{'x': null::int}"),
+                          ("[[1], [2]]", "[[1, 2]]"), ("0.0::double", "-0.0::double")):
+        digests = set()
+        for value in (first, second):
+            con.execute(f"create or replace table m.u as select {value} as v")
+            digests.add(versions.content_fingerprint(con, "m.u"))
+        assert len(digests) == 2, (first, second)
+    monkeypatch.setattr(versions, "FINGERPRINT_MAX_ROWS", 1)
     assert versions.content_fingerprint(con, "m.t") is None  # too big to read whole for this

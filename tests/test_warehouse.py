@@ -44,10 +44,15 @@ def state():
     return con
 
 
-def test_a_warehouse_built_from_the_previous_one_equals_one_built_afresh(tmp_path, state):
+def test_a_warehouse_built_from_the_previous_one_equals_one_built_afresh(tmp_path, state, monkeypatch):
+    from dagster_project.publishing import warehouse
+
+    started_from_copy = []
+    start = warehouse._start
+    monkeypatch.setattr(warehouse, "_start", lambda *a: (r := start(*a), started_from_copy.append(r[1]))[0])
     first, second = tmp_path / "snap-1", tmp_path / "snap-2"
     views = write_snapshot(first, {"marts.a": [(1, "x")], "marts.b": [(2, "y")], "exports.c": [(3, "z")]})
-    build_warehouse(state, first / "warehouse.duckdb", views)
+    entry = build_warehouse(state, first / "warehouse.duckdb", views)
 
     # next snapshot: a unchanged (kept), b rewritten, c no longer published; a description changed
     shutil.copytree(first / "marts" / "a", second / "marts" / "a")
@@ -55,8 +60,10 @@ def test_a_warehouse_built_from_the_previous_one_equals_one_built_afresh(tmp_pat
     state.execute("comment on column marts.a.n is 'a better description'")
     state.execute("comment on column marts.a.text is 'text of a'")
     state.execute("comment on table marts.a is null")
-    build_warehouse(state, second / "warehouse.duckdb", views, previous=first / "warehouse.duckdb", kept={"marts.a"})
+    build_warehouse(state, second / "warehouse.duckdb", views, previous=first / "warehouse.duckdb",
+                    previous_entry=entry, kept={"marts.a"})
     build_warehouse(state, second / "fresh.duckdb", views)
+    assert started_from_copy == [False, True, False]  # the second from the first's copy
 
     assert catalog(second / "warehouse.duckdb") == catalog(second / "fresh.duckdb")
     assert ("marts", "a", "n", "a better description") in catalog(second / "warehouse.duckdb")
@@ -70,16 +77,38 @@ def test_a_warehouse_built_from_the_previous_one_equals_one_built_afresh(tmp_pat
 def test_a_kept_view_whose_file_is_missing_fails_the_publish(tmp_path, state):
     first, second = tmp_path / "snap-1", tmp_path / "snap-2"
     views = write_snapshot(first, {"marts.a": [(1, "x")]})
-    build_warehouse(state, first / "warehouse.duckdb", views)
+    entry = build_warehouse(state, first / "warehouse.duckdb", views)
     second.mkdir()
     with pytest.raises(RuntimeError, match="view marts.a does not read .*is missing"):
         build_warehouse(state, second / "warehouse.duckdb", views, previous=first / "warehouse.duckdb",
-                        kept={"marts.a"})
+                        previous_entry=entry, kept={"marts.a"})
 
 
 def test_a_previous_warehouse_that_does_not_open_is_not_used(tmp_path, state):
     first = tmp_path / "snap-1"
     views = write_snapshot(first, {"marts.a": [(1, "x")]})
     (tmp_path / "broken.duckdb").write_bytes(b"not a database")
-    build_warehouse(state, first / "warehouse.duckdb", views, previous=tmp_path / "broken.duckdb", kept={"marts.a"})
+    build_warehouse(state, first / "warehouse.duckdb", views, previous=tmp_path / "broken.duckdb",
+                    previous_entry={"scheme": 1, "catalog": "whatever"}, kept={"marts.a"})
     verify_warehouse(first / "warehouse.duckdb", {"marts.a": 1})
+
+
+@pytest.mark.parametrize("change", [
+    "create table marts.scratch as select * from marts.a",  # an analyst's table: never carried forward
+    "create or replace view marts.a as select 42 as n, 'mine' as text",  # a view replaced by hand
+])
+def test_a_previous_warehouse_someone_changed_is_not_used(tmp_path, state, change):
+    first, second = tmp_path / "snap-1", tmp_path / "snap-2"
+    views = write_snapshot(first, {"marts.a": [(1, "x")]})
+    entry = build_warehouse(state, first / "warehouse.duckdb", views)
+    con = duckdb.connect(str(first / "warehouse.duckdb"))
+    con.execute(change)
+    con.close()
+    shutil.copytree(first / "marts", second / "marts")
+    build_warehouse(state, second / "warehouse.duckdb", views, previous=first / "warehouse.duckdb",
+                    previous_entry=entry, kept={"marts.a"})
+    build_warehouse(state, second / "fresh.duckdb", views)
+    assert catalog(second / "warehouse.duckdb") == catalog(second / "fresh.duckdb")
+    con = duckdb.connect(str(second / "warehouse.duckdb"), read_only=True)
+    assert con.execute("select * from marts.a").fetchall() == [(1, "x")]
+    assert con.execute("select count(*) from duckdb_tables()").fetchone()[0] == 0

@@ -71,7 +71,9 @@ def _relation(con: duckdb.DuckDBPyConnection, table: str) -> duckdb.DuckDBPyRela
     the caller's transaction usable (a failed query would abort it)."""
     try:
         return con.table(_quote_table(table))
-    except duckdb.CatalogException:
+    except (duckdb.CatalogException, duckdb.InvalidInputException):
+        # a name the catalog lacks is looked up among this frame's Python objects (a replacement
+        # scan): ``table`` or ``con`` then name a str or a connection, which DuckDB refuses
         return None
 
 

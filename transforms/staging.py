@@ -256,6 +256,11 @@ def _full(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, 
     return StagingResult(candidates - report.total, "full", candidates, reason, report)
 
 
+# Above this many re-decided identities the days of the deleted rows come from one scan of staging
+# (a set of days) rather than from the delete (a row per deleted row).
+RETURNING_MAX_ROWS = 100_000
+
+
 def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, state: _State,
                  since: int) -> StagingResult:
     table = f"staging.{spec.name}"
@@ -279,11 +284,14 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     if redecided:
         con.execute("begin transaction")
         try:
-            # the days of the rows that go, said by the delete itself (not a scan of staging before it)
-            returning = f" returning {time_sql(column, alias='s')}" if column else ""
-            gone = {r[0] for r in con.execute(f"delete from {staging} s using _stg_touched t "
-                                              f"where {_same_identity(spec, 's', 't')}{returning}").fetchall()}
-            gone = gone if column else None
+            # the days of the rows that go: said by the delete itself (not a scan of staging before
+            # it), unless so many identities are re-decided that a row per deleted row costs more
+            returning = column is not None and redecided <= RETURNING_MAX_ROWS
+            gone = delta.days_of(con, table, touched_rows) if not returning else None
+            deleted = con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}"
+                                  + (f" returning {time_sql(column, alias='s')}" if returning else "")).fetchall()
+            if returning:
+                gone = {r[0] for r in deleted}
             # DuckDB appends after every row id ever used, so the rows of this insert are the ones
             # from ``start`` on: a range the scan skips to, for the validation of just these rows
             start = delta.next_rowid(con, staging)

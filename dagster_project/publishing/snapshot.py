@@ -217,7 +217,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         try:
             snap.mkdir()
             manifest = _write_snapshot(con, snap, plans, objects, run_id, created, previous_version, watermarks,
-                                       hook, inputs, tables, before)
+                                       hook, inputs, tables, previous)
             tmp = export_dir / f".{CURRENT}.link-{os.getpid()}"
             tmp.unlink(missing_ok=True)
             os.symlink(f"{SNAPSHOTS}/{version}", tmp)
@@ -245,7 +245,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
 
 def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_id: str, created: datetime,
                     previous_version: str | None, watermarks: dict | None, hook: Hook,
-                    inputs: dict[str, str | None], tables: dict[str, str | None], before: dict) -> dict:
+                    inputs: dict[str, str | None], tables: dict[str, str | None], previous: dict) -> dict:
     known = _known_objects(snap.parent)
     pending: dict[str, Path] = {}
     try:
@@ -270,12 +270,13 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     fsync_all(directories)
     hook("files_linked")
     # views whose files (by name) and columns are the previous snapshot's: kept from its warehouse
+    before = previous.get("datasets", {})
     kept = {planned.dataset.table for path, planned in plans.items()
             if (entry := before.get(path)) and entry.get("table") == planned.dataset.table
             and entry.get("columns") == planned.columns
             and [f["name"] for f in entry.get("files", [])] == [p.name for p in planned.parts]}
-    warehouse_bytes = build_warehouse(
-        con, snap / WAREHOUSE_FILE, views, kept=kept,
+    warehouse = build_warehouse(
+        con, snap / WAREHOUSE_FILE, views, kept=kept, previous_entry=previous.get("warehouse"),
         previous=snap.parent / previous_version / WAREHOUSE_FILE if previous_version else None)
     hook("warehouse_built")
     built = versions.built_by(con)
@@ -286,7 +287,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
         "previous": previous_version,
         "source_watermarks": watermarks or {},
         "validation": validation,
-        "warehouse": {"file": WAREHOUSE_FILE, "bytes": warehouse_bytes, "views": sorted(views)},
+        "warehouse": {"file": WAREHOUSE_FILE, **warehouse, "views": sorted(views)},
         "datasets": {path: {
             "table": p.dataset.table, "kind": p.dataset.kind, "rows": p.rows, "columns": p.columns,
             "content_hash": p.content_hash, "order_by": list(p.dataset.order),

@@ -16,10 +16,15 @@ directory, a view whose files (names relative to the snapshot) and columns are u
 with its comments, and only the other views are created again and commented (each ``COMMENT`` is
 a catalog write, ~0.25 ms: about 600 of them made most of the cost of an incremental publish).
 Comments are compared with the state database's, so a changed description still reaches a kept view.
+The copy is used only when its catalog is exactly what the publisher left (the digest the
+previous manifest records, ``catalog_digest``) and its views follow this code's ``SCHEME``: a table
+an analyst created in it, a view replaced by hand or an older template is never carried forward.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,17 +35,21 @@ from dagster_project.catalog import column_comment
 from dagster_project.publishing.parquet import fsync_file, lit, q
 
 MACRO = "flywheel_snapshot"
+SCHEME = 1  # the views' template: bump when it changes, so no view of an older one is kept
 
 
 def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[str, list[tuple[str, int]]], *,
-                    previous: Path | None = None, kept: Iterable[str] = ()) -> int:
+                    previous: Path | None = None, previous_entry: dict | None = None,
+                    kept: Iterable[str] = ()) -> dict:
     """Write ``path`` with one view per ``schema.table`` -> its (file relative to ``path``'s
-    directory, bytes) list; returns bytes. ``previous``: the warehouse of the snapshot this one
-    follows; ``kept``: tables whose files and columns are those of their view there (it is kept
-    as it is, not created again)."""
+    directory, bytes) list; returns its manifest entry's figures (bytes, scheme, catalog digest).
+    ``previous``: the warehouse of the snapshot this one follows, ``previous_entry`` that
+    snapshot's manifest entry for it; ``kept``: tables whose files and columns are those of their
+    view there (it is kept as it is, not created again)."""
     root = path.parent.resolve()
     comments = _comments(state)
-    con, start_from = _start(path, previous)
+    trusted = (previous_entry or {}).get("scheme") == SCHEME and (previous_entry or {}).get("catalog")
+    con, start_from = _start(path, previous if trusted else None, (previous_entry or {}).get("catalog"))
     try:
         # One transaction, a view's comments in one call: ~600 COMMENT statements each committed
         # alone cost 1.6 ms apiece.
@@ -78,33 +87,48 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
                 con.execute(";\n".join(statements))
         con.execute("commit")
         con.execute("checkpoint")
+        digest = catalog_digest(con)
     finally:
         con.close()
     _check_opens(path, len(views))
     fsync_file(path)
-    return path.stat().st_size
+    return {"bytes": path.stat().st_size, "scheme": SCHEME, "catalog": digest}
 
 
 def _text(comment: str | None) -> str:
     return "null" if comment is None else lit(comment)
 
 
-def _start(path: Path, previous: Path | None) -> tuple[duckdb.DuckDBPyConnection, bool]:
-    """``path`` opened read-write: a copy of ``previous`` when that is a warehouse this scheme wrote
-    (older ones name absolute paths in each view), else empty; and which of the two."""
+def _start(path: Path, previous: Path | None, digest: str | None) -> tuple[duckdb.DuckDBPyConnection, bool]:
+    """``path`` opened read-write: a copy of ``previous`` when its catalog is the one the publisher
+    left (``digest``), else empty; and which of the two."""
     path.unlink(missing_ok=True)
     if previous is not None:
         try:
             shutil.copyfile(previous, path)
             con = duckdb.connect(str(path))
-            if con.execute("select count(*) from duckdb_functions() where function_name = ? "
-                           "and schema_name = 'main' and not internal", [MACRO]).fetchone()[0]:
+            if catalog_digest(con) == digest:
                 return con, True
             con.close()
         except (OSError, duckdb.Error):  # gone or unreadable: built from scratch
             pass
         path.unlink(missing_ok=True)
     return duckdb.connect(str(path)), False
+
+
+def catalog_digest(con: duckdb.DuckDBPyConnection) -> str:
+    """sha256 of everything a warehouse's catalog holds: views (their SQL and comments), their
+    columns' comments, tables, macros."""
+    rows = con.execute("""
+        select 'view', schema_name, view_name, sql, comment from duckdb_views() where not internal
+        union all
+        select 'column', schema_name, table_name || '.' || column_name, null, comment from duckdb_columns()
+        union all
+        select 'table', schema_name, table_name, sql, comment from duckdb_tables()
+        union all
+        select 'macro', schema_name, function_name, macro_definition, null from duckdb_functions() where not internal
+        order by all""").fetchall()
+    return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
 
 
 def _view_comments(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str | None, dict[str, str | None]]]:

@@ -198,8 +198,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
     "lineage.table_fingerprints.table_name": "schema.table in the state database.",
     "lineage.table_fingerprints.version": "The version (lineage.table_versions) with this content.",
-    "lineage.table_fingerprints.fingerprint": "sha256 of the columns (names, types), the row count and the sum of "
-                                              "the rows' 64-bit hashes.",
+    "lineage.table_fingerprints.fingerprint": "sha256 of the columns (names and types, in order), the row count "
+                                              "and the sum of the 64-bit hashes of each row's JSON.",
     "lineage.table_changes.table_name": "schema.table in the state database.",
     "lineage.table_changes.version": "The version (lineage.table_versions) the build made.",
     "lineage.table_changes.base_version": "The version the build started from.",

@@ -32,6 +32,7 @@ from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
 from dagster_project.validation import BASELINES, apply_drops, carry_exclusions, record_validations, validate_table
 from transforms.delta import Built, days_of, rows_in
+from transforms.sqlfiles import quote_table
 
 WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
@@ -72,7 +73,7 @@ def reused_metadata(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> 
     built = versions.get(con, table)
     excluded = {expectation: n for _, expectation, n in versions.exclusions(con, run_id, table)}
     return {
-        "dagster/row_count": count(con, f"select count(*) from {_quoted(table)}"),
+        "dagster/row_count": count(con, f"select count(*) from {quote_table(table)}"),
         "reused": True,
         "built_by_run": built.run_id if built else "",
         "excluded_rows": sum(excluded.values()),
@@ -170,10 +171,6 @@ def _untouched(built: Built, table: str, intact: set[str], dropped: int, before:
             and not dropped and before is not None and before.input_key is not None)
 
 
-def _quoted(table: str) -> str:
-    return ".".join(f'"{part}"' for part in table.split("."))
-
-
 def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
     @dg.multi_asset(
         name=spec.name,
@@ -196,7 +193,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                 for table in spec.tables:
                     yield dg.MaterializeResult(asset_key=spec.key(table), metadata={
                         **reused_metadata(con, table, context.run_id),
-                        "preview": preview(con, _quoted(table)), **extra.get(table, {})})
+                        "preview": preview(con, quote_table(table)), **extra.get(table, {})})
                 yield from gx_check_results(con, spec.tables, context.run_id)
                 return
             built_by = {table: versions.get(con, table) for table in spec.tables}
@@ -249,7 +246,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         "excluded_rows": drops[table].total + carried[table],
                         "excluded": dg.MetadataValue.json({**drops[table].metadata(),
                                                            "carried_from_earlier_runs": carried[table]}),
-                        "preview": preview(con, _quoted(table)),
+                        "preview": preview(con, quote_table(table)),
                         **extra.get(table, {}),
                     },
                 )

@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from transforms.delta import code_fingerprint
-from transforms.sqlfiles import ensure_table, is_base_table, table_columns
+from transforms.sqlfiles import ensure_table, is_base_table, quote_table, table_columns
 
 SCHEMA = "lineage"
 TABLE = f"{SCHEMA}.table_versions"
@@ -90,7 +90,7 @@ def content_fingerprint(con: duckdb.DuckDBPyConnection, table: str) -> str | Non
     sum of the 64-bit hashes of each row's JSON: independent of row order), None for a table of more
     than ``FINGERPRINT_MAX_ROWS`` rows. The JSON keeps what ``hash()`` of the values loses: an empty
     list from NULL, nesting, a struct of NULLs from NULL, -0.0 from 0.0."""
-    quoted = ".".join(f'"{part}"' for part in table.split("."))
+    quoted = quote_table(table)
     rows = con.execute(f"select count(*) from {quoted}").fetchone()[0]
     if rows > FINGERPRINT_MAX_ROWS:
         return None

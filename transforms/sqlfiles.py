@@ -51,8 +51,8 @@ def materialize(
     schema = target.split(".")[0] if "." in target else None
     if schema:
         con.execute(f'create schema if not exists "{schema}"')
-    con.execute(f"create or replace table {_quote_table(target)} as {sql_text(name)}", params or {})
-    return con.execute(f"select count(*) from {_quote_table(target)}").fetchall()[0][0]
+    con.execute(f"create or replace table {quote_table(target)} as {sql_text(name)}", params or {})
+    return con.execute(f"select count(*) from {quote_table(target)}").fetchall()[0][0]
 
 
 def lit(value: object) -> str:
@@ -60,7 +60,8 @@ def lit(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _quote_table(name: str) -> str:
+def quote_table(name: str) -> str:
+    """``schema.table`` as a quoted identifier (each part in double quotes)."""
     return ".".join(f'"{part}"' for part in name.split("."))
 
 
@@ -70,7 +71,7 @@ def _relation(con: duckdb.DuckDBPyConnection, table: str) -> duckdb.DuckDBPyRela
     the catalog (1-3 ms on a state database of 80 tables), and a name that does not bind leaves
     the caller's transaction usable (a failed query would abort it)."""
     try:
-        return con.table(_quote_table(table))
+        return con.table(quote_table(table))
     except (duckdb.CatalogException, duckdb.InvalidInputException):
         # a name the catalog lacks is looked up among this frame's Python objects (a replacement
         # scan): ``table`` or ``con`` then name a str or a connection, which DuckDB refuses
@@ -98,7 +99,7 @@ def ensure_table(con: duckdb.DuckDBPyConnection, table: str, columns: str) -> No
     schema = table.rpartition(".")[0]
     if schema:
         con.execute(f'create schema if not exists "{schema}"')
-    con.execute(f"create table if not exists {_quote_table(table)} ({columns})")
+    con.execute(f"create table if not exists {quote_table(table)} ({columns})")
 
 
 def is_base_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:

@@ -36,6 +36,9 @@ from dagster_project.publishing.parquet import fsync_file, lit, q
 
 MACRO = "flywheel_snapshot"
 SCHEME = 1  # the views' template: bump when it changes, so no view of an older one is kept
+STATE_TABLES = ("select schema_name, table_name, comment from duckdb_tables() "
+                "where database_name = current_database() and not temporary")
+VIEWS = "select schema_name, view_name, comment from duckdb_views() where not internal"
 
 
 def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[str, list[tuple[str, int]]], *,
@@ -47,7 +50,7 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
     snapshot's manifest entry for it; ``kept``: tables whose files and columns are those of their
     view there (it is kept as it is, not created again)."""
     root = path.parent.resolve()
-    comments = _comments(state)
+    comments = _comments(state, STATE_TABLES)
     trusted = (previous_entry or {}).get("scheme") == SCHEME and (previous_entry or {}).get("catalog")
     con, start_from = _start(path, previous if trusted else None, (previous_entry or {}).get("catalog"))
     try:
@@ -55,7 +58,7 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
         # alone cost 1.6 ms apiece.
         con.execute("begin transaction")
         con.execute(f"create or replace macro main.{MACRO}() as {lit(str(root))}")
-        have = _view_comments(con) if start_from else {}
+        have = _comments(con, VIEWS) if start_from else {}
         for table in sorted(set(have) - set(views)):  # a dataset no longer published
             schema, name = table.split(".", 1)
             con.execute(f"drop view {q(schema)}.{q(name)}")
@@ -131,19 +134,6 @@ def catalog_digest(con: duckdb.DuckDBPyConnection) -> str:
     return hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
 
 
-def _view_comments(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str | None, dict[str, str | None]]]:
-    """Every view of the warehouse: its comment and its columns' comments."""
-    out: dict[str, tuple[str | None, dict[str, str | None]]] = {}
-    for schema, name, comment in con.execute(
-            "select schema_name, view_name, comment from duckdb_views() where not internal").fetchall():
-        out[f"{schema}.{name}"] = (comment, {})
-    for schema, name, column, comment in con.execute(
-            "select schema_name, table_name, column_name, comment from duckdb_columns()").fetchall():
-        if f"{schema}.{name}" in out:
-            out[f"{schema}.{name}"][1][column] = comment
-    return out
-
-
 def _check_opens(path: Path, views: int) -> None:
     """The file opens as an analyst opens it (read-only) and lists every view: no view is read."""
     try:
@@ -186,15 +176,15 @@ def verify_warehouse(path: Path, expected: dict[str, int]) -> None:
         con.close()
 
 
-def _comments(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str | None, dict[str, str]]]:
-    out: dict[str, tuple[str | None, dict[str, str]]] = {}
-    for schema, name, comment in con.execute(
-            "select schema_name, table_name, comment from duckdb_tables() "
-            "where database_name = current_database() and not temporary").fetchall():
+def _comments(con: duckdb.DuckDBPyConnection, relations: str) -> dict[str, tuple[str | None, dict[str, str | None]]]:
+    """Each relation ``relations`` selects (schema, name, comment): its comment and every column's
+    (None where it has none)."""
+    out: dict[str, tuple[str | None, dict[str, str | None]]] = {}
+    for schema, name, comment in con.execute(relations).fetchall():
         out[f"{schema}.{name}"] = (comment, {})
     for schema, name, column, comment in con.execute(
             "select schema_name, table_name, column_name, comment from duckdb_columns() "
-            "where database_name = current_database() and comment is not null and comment <> ''").fetchall():
+            "where database_name = current_database()").fetchall():
         if f"{schema}.{name}" in out:
             out[f"{schema}.{name}"][1][column] = comment
     return out

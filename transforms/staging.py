@@ -256,11 +256,6 @@ def _full(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, 
     return StagingResult(candidates - report.total, "full", candidates, reason, report)
 
 
-# Above this many re-decided identities the days of the deleted rows come from one scan of staging
-# (a set of days) rather than from the delete (a row per deleted row).
-RETURNING_MAX_ROWS = 100_000
-
-
 def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, state: _State,
                  since: int) -> StagingResult:
     table = f"staging.{spec.name}"
@@ -284,14 +279,15 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     if redecided:
         con.execute("begin transaction")
         try:
-            # the days of the rows that go: said by the delete itself (not a scan of staging before
-            # it), unless so many identities are re-decided that a row per deleted row costs more
-            returning = column is not None and redecided <= RETURNING_MAX_ROWS
-            gone = delta.days_of(con, table, touched_rows) if not returning else None
-            deleted = con.execute(f"delete from {staging} s using _stg_touched t where {_same_identity(spec, 's', 't')}"
-                                  + (f" returning {time_sql(column, alias='s')}" if returning else "")).fetchall()
-            if returning:
-                gone = {r[0] for r in deleted}
+            # The rows that go, named by one join on the identity columns: their rowids and event
+            # days. Deleting by rowid after costs what the join costs; a `delete … returning` the
+            # days read every column of every deleted row (the texts), 3.5x the time.
+            con.execute(f"create or replace temp table _stg_gone as select s.rowid as rid"
+                        + (f", {time_sql(column, alias='s')} as day" if column is not None else "")
+                        + f" from {staging} s semi join _stg_touched t on {_same_identity(spec, 's', 't')}")
+            con.execute(f"delete from {staging} where rowid in (select rid from _stg_gone)")
+            gone = None if column is None else {r[0] for r in con.execute("select distinct day from _stg_gone").fetchall()}
+            con.execute("drop table _stg_gone")
             # DuckDB appends after every row id ever used, so the rows of this insert are the ones
             # from ``start`` on: a range the scan skips to, for the validation of just these rows
             start = delta.next_rowid(con, staging)

@@ -432,7 +432,7 @@ def test_each_file_holds_its_rows_in_the_declared_order_whatever_order_the_table
                               run_id="first", pseudonym_key=KEY.encode())
     con.close()
     files = sorted((result.path / "training" / "sft").glob("*.parquet"))
-    assert len(files) == 24 and result.files_written >= 24  # many partitions: the one-pass temp table path
+    assert len(files) == 24 and result.files_written >= 24  # many partitions: one partitioned COPY
     reader = duckdb.connect()
     for file in files:
         ids = [r[0] for r in reader.execute("select interaction_id from read_parquet(?, file_row_number = true) "
@@ -672,6 +672,43 @@ def test_partitions_larger_than_a_row_group_keep_the_declared_order(tmp_path):
             "as prev from read_parquet(?, file_row_number = true))", [str(file)]).fetchone()
         assert (rows, disorder) == (200_000, 0), file.name
     reader.close()
+
+
+def test_partitions_written_by_one_copy_hold_their_rows_in_the_total_order_nulls_first(tmp_path):
+    """Many partitions are cut, sorted and written by one ``COPY … PARTITION_BY … ORDER_BY``: each
+    file holds exactly its partition's rows, ordered by the declared order then every other
+    column, NULLs first (what a COPY per partition wrote). A directory such a COPY left when its
+    publish was killed is removed by the next publish."""
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    con = duckdb.connect(str(state))
+    con.execute("""create table marts.ordered as select (i % 5)::varchar as "group", case when i % 4 = 0 then null
+                   else (i * 7919) % 1000 end as score, i as n,
+                   timestamptz '2025-03-01 00:00:00+00' + to_days((i % 9)::int) as "timestamp"
+                   from range(60000) t(i) order by hash(i)""")
+    con.close()
+    objects = tmp_path / "exports" / SNAPSHOTS / ".objects"
+    leftover = objects / ".tmp-1-0123456789abcdef" / "__part=part-2025-03-01"
+    leftover.mkdir(parents=True)
+    (leftover / "data_0.parquet").write_bytes(b"half a file")
+    result = publish(state, tmp_path, "first")
+    assert not list(objects.glob(".tmp-*"))
+    entry = result.manifest["datasets"]["analytics/ordered"]
+    assert [f["name"] for f in entry["files"]] == [f"part-2025-03-0{d}.parquet" for d in range(1, 10)]
+    reader = duckdb.connect()
+    reader.execute("set TimeZone = 'UTC'")
+    for f in entry["files"]:
+        file = str(result.path / "analytics" / "ordered" / f["name"])
+        got = reader.execute("select * from read_parquet(?, file_row_number = true) order by file_row_number",
+                             [file]).fetchall()
+        rows = [r[:4] for r in got]
+        assert len(rows) == f["rows"] and f["rows"] > 0
+        # no declared key: every column in table order ("group", score, n, "timestamp")
+        key = lambda r: (r[0], (r[1] is not None, r[1] if r[1] is not None else 0), r[2], r[3])
+        assert rows == sorted(rows, key=key), f["name"]
+        assert rows[0][:2] == ("0", None)  # NULLs first
+        assert {str(r[3].date()) for r in rows} == {f["name"][len("part-"):-len(".parquet")]}
+    reader.close()
+    verify_snapshot(tmp_path / "exports")
 
 
 def test_only_new_partitions_are_checked_for_raw_ids_and_a_leak_in_one_is_named(tmp_path):

@@ -269,12 +269,11 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     # The links must be durable before the commit, not before the warehouse is built: one pass.
     fsync_all(directories)
     hook("files_linked")
-    # views whose files (by name) and columns are the previous snapshot's: kept from its warehouse
+    # views whose directory and columns are the previous snapshot's: kept from its warehouse
     before = previous.get("datasets", {})
     kept = {planned.dataset.table for path, planned in plans.items()
             if (entry := before.get(path)) and entry.get("table") == planned.dataset.table
-            and entry.get("columns") == planned.columns
-            and [f["name"] for f in entry.get("files", [])] == [p.name for p in planned.parts]}
+            and entry.get("columns") == planned.columns}
     warehouse = build_warehouse(
         con, snap / WAREHOUSE_FILE, views, kept=kept, previous_entry=previous.get("warehouse"),
         previous=snap.parent / previous_version / WAREHOUSE_FILE if previous_version else None)
@@ -542,8 +541,11 @@ def _remove_leftovers(export_dir: Path) -> None:
         # ``current`` link only manifest-less (half-built) directories are surely leftovers.
         if (version > current) if current else not (snaps / version / MANIFEST).exists():
             shutil.rmtree(snaps / version, ignore_errors=True)
-    for tmp in (snaps / OBJECTS).glob(".tmp-*"):
-        tmp.unlink(missing_ok=True)
+    for tmp in (snaps / OBJECTS).glob(".tmp-*"):  # temp objects, and the directories COPY wrote them to
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
     for link in export_dir.glob(f".{CURRENT}.link-*"):
         link.unlink(missing_ok=True)
 

@@ -112,3 +112,25 @@ def test_a_previous_warehouse_someone_changed_is_not_used(tmp_path, state, chang
     con = duckdb.connect(str(second / "warehouse.duckdb"), read_only=True)
     assert con.execute("select * from marts.a").fetchall() == [(1, "x")]
     assert con.execute("select count(*) from duckdb_tables()").fetchone()[0] == 0
+
+
+def test_a_kept_view_reads_the_files_its_directory_gained_and_a_stray_file_fails_the_publish(tmp_path, state):
+    """A view reads its dataset's directory: a day's new file needs no new view, and a file the
+    manifest does not list would be read too, so the publish refuses it."""
+    first, second = tmp_path / "snap-1", tmp_path / "snap-2"
+    views = write_snapshot(first, {"marts.a": [(1, "x")]})
+    entry = build_warehouse(state, first / "warehouse.duckdb", views)
+    shutil.copytree(first / "marts", second / "marts")
+    con = duckdb.connect()
+    con.execute(f"copy (select 2::bigint as n, 'y' as text) to '{second / 'marts' / 'a' / 'part-2.parquet'}' "
+                "(format parquet)")
+    con.close()
+    grown = {"marts.a": views["marts.a"] + [("marts/a/part-2.parquet", (second / "marts/a/part-2.parquet").stat().st_size)]}
+    build_warehouse(state, second / "warehouse.duckdb", grown, previous=first / "warehouse.duckdb",
+                    previous_entry=entry, kept={"marts.a"})
+    verify_warehouse(second / "warehouse.duckdb", {"marts.a": 2})
+    assert catalog(second / "warehouse.duckdb") == catalog(first / "warehouse.duckdb")  # the view was kept
+
+    shutil.copyfile(second / "marts/a/part-2.parquet", second / "marts/a/stray.parquet")
+    with pytest.raises(RuntimeError, match=r"view marts.a would also read stray.parquet .*not publishing"):
+        build_warehouse(state, second / "again.duckdb", grown)

@@ -1,24 +1,25 @@
 """The analyst warehouse of a snapshot: a small DuckDB file of views over its Parquet files.
 
-Views read the snapshot's files by absolute path: each view lists its files relative to the
-snapshot directory behind ``flywheel_snapshot()``, a macro of the warehouse file that returns that
-directory's absolute path, so a connection keeps reading the snapshot it opened even after newer
-ones are published (until retention deletes it). Each table's and column's ``COMMENT`` in the state
+Views read the snapshot's files by absolute path: each view reads its dataset's directory
+(``<dir>/*.parquet``) under ``flywheel_snapshot()``, a macro of the warehouse file that returns the
+snapshot's directory, so a connection keeps reading the snapshot it opened even after newer ones
+are published (until retention deletes it). Each table's and column's ``COMMENT`` in the state
 database is carried over to its view. Before the snapshot can become current every view must bind
-and every file it lists must be there with the size the manifest records: a view that does not
-read fails the publish, not the analyst. Row counts are not read back: each file's Parquet footer
-was checked against its rows when it was written (``parquet.verify_written``) and objects are
-immutable, so reading every footer again per publish would cost what the lake holds, not what is
-new. ``verify_warehouse`` (``verify_snapshot``) still reads every view.
+and its directory must hold exactly the files the manifest lists, each with the size it records:
+a view that does not read fails the publish, not the analyst. Row counts are not read back: each
+file's Parquet footer was checked against its rows when it was written (``parquet.verify_written``)
+and objects are immutable, so reading every footer again per publish would cost what the lake
+holds, not what is new. ``verify_warehouse`` (``verify_snapshot``) still reads every view.
 
 A publish starts from a copy of the previous snapshot's warehouse: the macro is pointed at the new
-directory, a view whose files (names relative to the snapshot) and columns are unchanged is kept
-with its comments, and only the other views are created again and commented (each ``COMMENT`` is
-a catalog write, ~0.25 ms: about 600 of them made most of the cost of an incremental publish).
-Comments are compared with the state database's, so a changed description still reaches a kept view.
-The copy is used only when its catalog is exactly what the publisher left (the digest the
-previous manifest records, ``catalog_digest``) and its views follow this code's ``SCHEME``: a table
-an analyst created in it, a view replaced by hand or an older template is never carried forward.
+directory, a view whose dataset directory and columns are unchanged is kept with its comments (a
+day's new file changes neither), and only the other views are created again, bound and commented
+(each ``COMMENT`` is a catalog write, ~0.25 ms: about 600 of them made most of the cost of an
+incremental publish). Comments are compared with the state database's, so a changed description
+still reaches a kept view. The copy is used only when its catalog is exactly what the publisher
+left (the digest the previous manifest records, ``catalog_digest``) and its views follow this
+code's ``SCHEME``: a table an analyst created in it, a view replaced by hand or an older template
+is never carried forward.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from dagster_project.catalog import column_comment
 from dagster_project.publishing.parquet import fsync_file, lit, q
 
 MACRO = "flywheel_snapshot"
-SCHEME = 1  # the views' template: bump when it changes, so no view of an older one is kept
+SCHEME = 2  # the views' template: bump when it changes, so no view of an older one is kept
+# (1: a list of the files; 2: the dataset's directory)
 STATE_TABLES = ("select schema_name, table_name, comment from duckdb_tables() "
                 "where database_name = current_database() and not temporary")
 VIEWS = "select schema_name, view_name, comment from duckdb_views() where not internal"
@@ -45,10 +47,10 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
                     previous: Path | None = None, previous_entry: dict | None = None,
                     kept: Iterable[str] = ()) -> dict:
     """Write ``path`` with one view per ``schema.table`` -> its (file relative to ``path``'s
-    directory, bytes) list; returns its manifest entry's figures (bytes, scheme, catalog digest).
-    ``previous``: the warehouse of the snapshot this one follows, ``previous_entry`` that
-    snapshot's manifest entry for it; ``kept``: tables whose files and columns are those of their
-    view there (it is kept as it is, not created again)."""
+    directory, bytes) list, all in one directory; returns its manifest entry's figures (bytes,
+    scheme, catalog digest). ``previous``: the warehouse of the snapshot this one follows,
+    ``previous_entry`` that snapshot's manifest entry for it; ``kept``: tables whose directory and
+    columns are those of their view there (it is kept as it is, not created again)."""
     root = path.parent.resolve()
     comments = _comments(state, STATE_TABLES)
     trusted = (previous_entry or {}).get("scheme") == SCHEME and (previous_entry or {}).get("catalog")
@@ -65,16 +67,16 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
         keep = set(kept) & set(have)
         for table, files in sorted(views.items()):
             schema, name = table.split(".", 1)
-            _check_files(path, table, [(root / rel, size) for rel, size in files])
+            folder = _check_files(path, table, root, files)
             if table not in keep:
                 con.execute(f"create schema if not exists {q(schema)}")
-                listing = "[" + ", ".join(f"{MACRO}() || {lit('/' + rel)}" for rel, _ in files) + "]"
-                con.execute(f"create or replace view {q(schema)}.{q(name)} as select * from read_parquet({listing})")
+                con.execute(f"create or replace view {q(schema)}.{q(name)} as select * from read_parquet("
+                            f"{MACRO}() || {lit('/' + folder + '/*.parquet')}, hive_partitioning = false)")
             table_comment, column_comments = comments.get(table, (None, {}))
             old_table_comment, old_columns = have.get(table, (None, {})) if table in keep else (None, {})
             statements = ([f"comment on view {q(schema)}.{q(name)} is {_text(table_comment)}"]
                           if table_comment != old_table_comment else [])
-            if table in keep:  # it bound on files of these names and columns in the last snapshot
+            if table in keep:  # it bound on files of this directory and these columns in the last snapshot
                 present = set(old_columns)
             else:
                 try:  # binds the view: its files' schema is read
@@ -148,8 +150,15 @@ def _check_opens(path: Path, views: int) -> None:
         raise RuntimeError(f"{path}: the warehouse lists {got} views, expected {views}; not publishing")
 
 
-def _check_files(path: Path, table: str, files: list[tuple[Path, int]]) -> None:
-    for file, size in files:
+def _check_files(path: Path, table: str, root: Path, files: list[tuple[str, int]]) -> str:
+    """The directory (relative to ``root``) holding exactly ``files`` (relative names, bytes), each
+    of its size: what the view of ``table`` reads."""
+    folders = {rel.rpartition("/")[0] for rel, _ in files}
+    if len(folders) != 1:
+        raise RuntimeError(f"{path}: view {table} must read one directory, got {sorted(folders)}; not publishing")
+    folder = folders.pop()
+    for rel, size in files:
+        file = root / rel
         try:
             got = file.stat().st_size
         except OSError as exc:
@@ -158,6 +167,11 @@ def _check_files(path: Path, table: str, files: list[tuple[Path, int]]) -> None:
         if got != size:
             raise RuntimeError(f"{path}: view {table} does not read ({file} has {got} bytes, the manifest "
                                f"{size}); not publishing")
+    extra = sorted({p.name for p in (root / folder).glob("*.parquet")} - {rel.rpartition("/")[2] for rel, _ in files})
+    if extra:
+        raise RuntimeError(f"{path}: view {table} would also read {', '.join(extra)} in {root / folder}, which the "
+                           "manifest does not list; not publishing")
+    return folder
 
 
 def verify_warehouse(path: Path, expected: dict[str, int]) -> None:

@@ -56,11 +56,20 @@ class Built:
 
 def delete_recomputed(con: duckdb.DuckDBPyConnection, recomputed: dict[str, str]) -> dict[str, set[str] | None]:
     """Delete from each table the rows its predicate (alias ``base``) selects: the rows an
-    incremental build recomputes. Returns the event days they were on (``days_of``)."""
+    incremental build recomputes. Returns the event days they were on (None: no event time).
+
+    One scan names the rows and their days (rowid, day); the delete then goes by rowid. Asking
+    the days first and deleting by the predicate after read the table twice."""
     days = {}
     for table, rows in recomputed.items():
-        days[table] = days_of(con, table, rows)
-        con.execute(f"delete from {table} as base where {rows}")
+        column = partition_column(table_columns(con, table) or {})
+        day = f", {time_sql(column, alias='base')} as day" if column is not None else ""
+        con.execute(f"create or replace temp table _fw_gone as select base.rowid as rid{day} "
+                    f"from {_quoted(table)} as base where {rows}")
+        con.execute(f"delete from {_quoted(table)} where rowid in (select rid from _fw_gone)")
+        days[table] = (None if column is None else
+                       {r[0] for r in con.execute("select distinct day from _fw_gone").fetchall()})
+        con.execute("drop table _fw_gone")
     return days
 
 

@@ -21,7 +21,7 @@ import duckdb
 
 from transforms import delta
 from transforms.classify import q
-from transforms.partitions import partition_column, time_sql
+from transforms.partitions import partition_column
 from transforms.spec import SourceSpec
 from transforms.sqlfiles import table_columns
 
@@ -279,15 +279,7 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     if redecided:
         con.execute("begin transaction")
         try:
-            # The rows that go, named by one join on the identity columns: their rowids and event
-            # days. Deleting by rowid after costs what the join costs; a `delete … returning` the
-            # days read every column of every deleted row (the texts), 3.5x the time.
-            con.execute(f"create or replace temp table _stg_gone as select s.rowid as rid"
-                        + (f", {time_sql(column, alias='s')} as day" if column is not None else "")
-                        + f" from {staging} s semi join _stg_touched t on {_same_identity(spec, 's', 't')}")
-            con.execute(f"delete from {staging} where rowid in (select rid from _stg_gone)")
-            gone = None if column is None else {r[0] for r in con.execute("select distinct day from _stg_gone").fetchall()}
-            con.execute("drop table _stg_gone")
+            gone = delta.delete_recomputed(con, {table: touched_rows})[table]
             # DuckDB appends after every row id ever used, so the rows of this insert are the ones
             # from ``start`` on: a range the scan skips to, for the validation of just these rows
             start = delta.next_rowid(con, staging)

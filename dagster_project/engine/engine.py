@@ -42,7 +42,12 @@ from transforms.staging import log_tombstones
 from transforms.spec import SourceSpec
 
 DECODERS = {"span": jsonl.decode, "array": json_array.decode, "rows": sqlite.decode}
-BATCH_BYTES = 192 * 1024 * 1024  # classify and commit this much input at a time
+# Classify and commit this much input at a time: memory is bounded by the batch, not the lake.
+# Each batch's insert leaves partly filled row groups at its end, which the next checkpoint merges
+# by rewriting them and their neighbours: on the 1M lake's 660 MB of interactions, 192 MB batches
+# (3 seams) cost 2.9 s and 219 MB of checkpoint writes, 384 MB (1 seam) 1.0 s and 52 MB, for 1.9
+# instead of 1.4 GB peak RSS while ingesting.
+BATCH_BYTES = 384 * 1024 * 1024
 QUARANTINE_COLUMNS = ["source", "path", "line_number", "byte_offset", "reason", "detail",
                       "raw_text", "raw_bytes", "raw_sha256", "raw_length", "run_id", "quarantined_at"]
 FILE_STATE = pa.schema([

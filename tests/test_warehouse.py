@@ -8,7 +8,7 @@ import shutil
 import duckdb
 import pytest
 
-from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
+from dagster_project.publishing.warehouse import SCHEME, build_warehouse, verify_warehouse
 
 
 def write_snapshot(root, tables: dict[str, list[tuple[int, str]]]) -> dict[str, list[tuple[str, int]]]:
@@ -89,7 +89,7 @@ def test_a_previous_warehouse_that_does_not_open_is_not_used(tmp_path, state):
     views = write_snapshot(first, {"marts.a": [(1, "x")]})
     (tmp_path / "broken.duckdb").write_bytes(b"not a database")
     build_warehouse(state, first / "warehouse.duckdb", views, previous=tmp_path / "broken.duckdb",
-                    previous_entry={"scheme": 1, "catalog": "whatever"}, kept={"marts.a"})
+                    previous_entry={"scheme": SCHEME, "catalog": "whatever"}, kept={"marts.a"})
     verify_warehouse(first / "warehouse.duckdb", {"marts.a": 1})
 
 
@@ -134,3 +134,15 @@ def test_a_kept_view_reads_the_files_its_directory_gained_and_a_stray_file_fails
     shutil.copyfile(second / "marts/a/part-2.parquet", second / "marts/a/stray.parquet")
     with pytest.raises(RuntimeError, match=r"view marts.a would also read stray.parquet .*not publishing"):
         build_warehouse(state, second / "again.duckdb", grown)
+
+
+def test_a_snapshot_under_a_path_with_glob_characters_reads_its_own_files(tmp_path, state):
+    """The views read a directory through a glob: ``[`` and ``*`` in the export path are matched
+    literally (``data [1]`` would otherwise match nothing, ``a*b`` a sibling too). (``?`` cannot
+    occur: DuckDB reads it in a database path as the start of options.)"""
+    odd = tmp_path / "exports [1] *" / "snap-1"
+    views = write_snapshot(odd, {"marts.a": [(1, "x"), (2, "y")]})
+    sibling = tmp_path / "exports [1] x" / "snap-1"  # what "*" would also match
+    write_snapshot(sibling, {"marts.a": [(3, "z")]})
+    build_warehouse(state, odd / "warehouse.duckdb", views)
+    verify_warehouse(odd / "warehouse.duckdb", {"marts.a": 2})

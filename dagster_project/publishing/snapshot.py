@@ -15,7 +15,8 @@ Layout under ``FLYWHEEL_EXPORT_DIR``::
 and ``FLYWHEEL_WAREHOUSE`` is a symlink to ``<export dir>/current/warehouse.duckdb``.
 
 A snapshot directory is built completely (objects written or reused, links, warehouse, every
-view bound and its files checked, manifest, fsync) before ``current`` is replaced: a kill, ENOSPC or error at any
+view's directory checked against the manifest and every new view bound, manifest, fsync) before
+``current`` is replaced: a kill, ENOSPC or error at any
 point leaves the previous snapshot current. Snapshots newer than ``current`` are leftovers of
 runs that never committed; the next publish removes them. A run whose every table hashes as in
 the current snapshot publishes nothing (``status="unchanged"``). Run-log tables (``ingest.runs``,

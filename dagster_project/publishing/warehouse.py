@@ -4,8 +4,9 @@ Views read the snapshot's files by absolute path: each view reads its dataset's 
 (``<dir>/*.parquet``) under ``flywheel_snapshot()``, a macro of the warehouse file that returns the
 snapshot's directory, so a connection keeps reading the snapshot it opened even after newer ones
 are published (until retention deletes it). Each table's and column's ``COMMENT`` in the state
-database is carried over to its view. Before the snapshot can become current every view must bind
-and its directory must hold exactly the files the manifest lists, each with the size it records:
+database is carried over to its view. Before the snapshot can become current every dataset
+directory must hold exactly the files the manifest lists, each with the size it records, and every
+new view must bind (a kept view bound over the same directory and columns in the last snapshot):
 a view that does not read fails the publish, not the analyst. Row counts are not read back: each
 file's Parquet footer was checked against its rows when it was written (``parquet.verify_written``)
 and objects are immutable, so reading every footer again per publish would cost what the lake
@@ -41,6 +42,14 @@ SCHEME = 2  # the views' template: bump when it changes, so no view of an older 
 STATE_TABLES = ("select schema_name, table_name, comment from duckdb_tables() "
                 "where database_name = current_database() and not temporary")
 VIEWS = "select schema_name, view_name, comment from duckdb_views() where not internal"
+# The snapshot directory as a glob pattern that matches only itself: DuckDB reads ``[``, ``*`` and
+# ``?`` in a path as glob syntax (an export directory named ``data [1]`` would match nothing), and
+# ``[x]`` matches exactly ``x``.
+ROOT_GLOB = f"regexp_replace({MACRO}(), '([\\[*?])', '[\\1]', 'g')"
+
+
+def _glob_literal(path: str) -> str:
+    return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
 def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[str, list[tuple[str, int]]], *,
@@ -71,7 +80,7 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
             if table not in keep:
                 con.execute(f"create schema if not exists {q(schema)}")
                 con.execute(f"create or replace view {q(schema)}.{q(name)} as select * from read_parquet("
-                            f"{MACRO}() || {lit('/' + folder + '/*.parquet')}, hive_partitioning = false)")
+                            f"{ROOT_GLOB} || {lit('/' + _glob_literal(folder) + '/*.parquet')}, hive_partitioning = false)")
             table_comment, column_comments = comments.get(table, (None, {}))
             old_table_comment, old_columns = have.get(table, (None, {})) if table in keep else (None, {})
             statements = ([f"comment on view {q(schema)}.{q(name)} is {_text(table_comment)}"]

@@ -62,25 +62,28 @@ def delete_recomputed(con: duckdb.DuckDBPyConnection, recomputed: dict[str, str]
     the days first and deleting by the predicate after read the table twice."""
     days = {}
     for table, rows in recomputed.items():
-        column = partition_column(table_columns(con, table) or {})
-        day = f", {time_sql(column, alias='base')} as day" if column is not None else ""
-        con.execute(f"create or replace temp table _fw_gone as select base.rowid as rid{day} "
-                    f"from {_quoted(table)} as base where {rows}")
+        day = day_sql(con, table)
+        con.execute(f"create or replace temp table _fw_gone as select base.rowid as rid"
+                    f"{f', {day} as day' if day else ''} from {_quoted(table)} as base where {rows}")
         con.execute(f"delete from {_quoted(table)} where rowid in (select rid from _fw_gone)")
-        days[table] = (None if column is None else
-                       {r[0] for r in con.execute("select distinct day from _fw_gone").fetchall()})
+        days[table] = day and {r[0] for r in con.execute("select distinct day from _fw_gone").fetchall()}
         con.execute("drop table _fw_gone")
     return days
+
+
+def day_sql(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """A row's event day (alias ``base``) as the snapshot names its file (``transforms.partitions``),
+    None when ``table`` has no event time."""
+    column = partition_column(table_columns(con, table) or {})
+    return None if column is None else time_sql(column, alias="base")
 
 
 def days_of(con: duckdb.DuckDBPyConnection, table: str, rows: str) -> set[str] | None:
     """The event days (``transforms.partitions``: as the snapshot cuts files) of the rows of
     ``table`` that ``rows`` (a predicate, alias ``base``) selects; None without an event time."""
-    column = partition_column(table_columns(con, table) or {})
-    if column is None:
-        return None
-    return {r[0] for r in con.execute(f"select distinct {time_sql(column, alias='base')} from {_quoted(table)} "
-                                      f"as base where {rows}").fetchall()}
+    day = day_sql(con, table)
+    return day and {r[0] for r in con.execute(f"select distinct {day} from {_quoted(table)} as base "
+                                              f"where {rows}").fetchall()}
 
 
 def rows_in(con: duckdb.DuckDBPyConnection, table: str, rows: str) -> int:

@@ -203,6 +203,7 @@ def scrub_batch(matcher: Matcher | None, batch: list[bronze_mod.Entry]) -> None:
     for entry in batch:
         if entry.data is not None and entry.kind in ("span", "rows"):
             entry.data = scrub_payload(entry.kind, bytes(entry.data), matcher)
+            entry.sha256 = None  # other bytes: bronze hashes them
 
 
 def ingest_matcher(settings: Settings, spec: SourceSpec) -> Matcher | None:

@@ -249,3 +249,33 @@ def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
                      "where id in ('k10', 'k1500', 'k5001') order by id") == [
         ("k10", "positive", True), ("k1500", "negative", False), ("k5001", "positive", False)]
     assert rows(con, "select lines_read, high_water_mark from ingest.files") == [(5002, 5001)]
+
+
+def test_every_bronze_entry_records_the_sha256_of_the_bytes_it_stores(settings):
+    """A span read from byte 0 was hashed whole by the reader and that digest is recorded for its
+    entry; appended, rewritten and scrubbed (erased subject) bytes are hashed by bronze."""
+    import hashlib
+
+    from dagster_project import privacy
+    from dagster_project.engine.bronze import Bronze
+
+    folder = settings.raw_dir / "interactions"
+    path = write_lines(folder / "interactions_2026-02-26_0000000a.jsonl", [dumps(interaction(i)) for i in range(5)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    with path.open("ab") as fh:  # appended: a span that does not start at byte 0
+        fh.write((dumps(interaction(7)) + "\n").encode())
+    con, _ = ingest(settings, "run-2", sources=["interactions"], con=con)
+    write_lines(path, [dumps(interaction(i)) for i in range(10, 12)])  # rewritten shorter: read again from 0
+    secret = privacy._secret(settings)
+    privacy._save_keys(settings, privacy.subject_keys(secret, "session", "erased-session"))
+    write_lines(folder / "interactions_2026-02-27_0000000b.jsonl",
+                [dumps(interaction(20, session_id="erased-session")), dumps(interaction(21))])
+    con, _ = ingest(settings, "run-3", sources=["interactions"], con=con)
+    store = Bronze(settings, "interactions")
+    spans = [e for e in store.entries() if e.kind == "span"]
+    assert [e.meta["start"] > 0 for e in spans] == [False, True, False, False]
+    for e in spans:
+        assert e.sha256 == hashlib.sha256(store.payload(e)).hexdigest(), (e.path, e.meta)
+    scrubbed = bytes(store.payload(spans[-1]))
+    assert b"erased-session" not in scrubbed and scrubbed.count(b"\n") == 2  # blanked in place
+    con.close()

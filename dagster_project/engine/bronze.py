@@ -86,7 +86,7 @@ class Bronze:
                 continue
             view = memoryview(e.data)
             e.offset, e.length = pos, view.nbytes
-            e.sha256 = hashlib.sha256(view).hexdigest()
+            e.sha256 = e.sha256 or hashlib.sha256(view).hexdigest()  # the reader's, when it hashed these bytes
             parts.append(view)
             pos += view.nbytes
         if parts:

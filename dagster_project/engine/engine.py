@@ -196,7 +196,7 @@ class Ingestor:
         entry = bronze_mod.Entry(
             seq=self.next_seq, source=self.spec.name, path=path, kind=unit.kind, run_id=self.run_id,
             observed_at=datetime.fromtimestamp(self.now, timezone.utc).isoformat(), meta=unit.meta,
-            state=unit.state, event=list(unit.event) if unit.event else None, data=unit.data)
+            state=unit.state, event=list(unit.event) if unit.event else None, data=unit.data, sha256=unit.sha256)
         self.next_seq += 1
         return entry
 

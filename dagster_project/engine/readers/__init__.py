@@ -24,6 +24,7 @@ class Unit:
     meta: dict = field(default_factory=dict)
     state: dict | None = None
     event: tuple[str, str] | None = None
+    sha256: str | None = None  # of ``data``, when the reader hashed exactly those bytes already
 
 
 @dataclass

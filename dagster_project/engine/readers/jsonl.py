@@ -117,9 +117,12 @@ def read(view: FileView, buf=None) -> list[Unit]:
         end = nl + 1
         span = memoryview(buf)[position:end]
         n = count_newlines(span)
-        units.append(Unit("span", span, {"generation": generation, "start": position, "end": end,
-                                         "first_line": lines_done + 1, "lines": n, "sealed": False}))
         hasher.update(span)
+        # a span from byte 0 is all the hasher has seen: its digest is the span's, which bronze
+        # records for the entry (a file's first read then hashes its bytes once, not twice)
+        units.append(Unit("span", span, {"generation": generation, "start": position, "end": end,
+                                         "first_line": lines_done + 1, "lines": n, "sealed": False},
+                          sha256=hasher.hexdigest() if position == 0 else None))
         position, lines_done = end, lines_done + n
 
     deferred = size - position

@@ -704,7 +704,8 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
     stale (the DuckDB version is part of the expression's key: ``hash`` may change with it).
     A 64-bit collision of two prompts would put them in one group (about n^2 / 2^65: a false
     leak, never a hidden one, for the normalised values; a hidden one only if two different raw
-    prompts collide). ``None`` (the plain window query decides) if a row finds no key.
+    prompts collide). A content already keyed for another table under the same expression takes
+    that key instead of being normalised again. ``None`` (the plain window query decides) if a row finds no key.
 
     ``scope`` (:func:`_scoped_table_level`: rows outside it were in the table when the check was
     clean): only the contents in scope are normalised and only the groups they fall in are
@@ -716,9 +717,14 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
     ensure_table(con, GROUP_KEYS, "table_name varchar not null, group_expr varchar not null, "
                                   "content_hash ubigint not null, group_hash ubigint")
     stored = f"(select content_hash, group_hash from {GROUP_KEYS} where table_name = $table and group_expr = $key)"
-    con.execute(f"insert into {GROUP_KEYS} select distinct $table, $key, b.__h, hash({group_by}) "
-                f"from (select {content} as __h, * from {quoted} base{f' where {scope}' if scope else ''}) b "
-                f"anti join {stored} k on b.__h = k.content_hash", {"table": table, "key": key})
+    # A content another table stored a key for under the same expression takes that key (a pure
+    # function of the content): sft, kto and dpo share most prompts, so each is normalised once.
+    con.execute(f"insert into {GROUP_KEYS} select distinct $table, $key, b.__h, coalesce(o.group_hash, "
+                f"hash({group_by})) from (select {content} as __h, * from {quoted} base"
+                f"{f' where {scope}' if scope else ''}) b anti join {stored} k on b.__h = k.content_hash "
+                f"left join (select content_hash, any_value(group_hash) as group_hash from {GROUP_KEYS} "
+                "where group_expr = $key and table_name <> $table group by content_hash) o on o.content_hash = b.__h",
+                {"table": table, "key": key})
     predicate, _ = _offending(check, now)
     if scope:
         unexpected = con.execute(

@@ -250,6 +250,36 @@ def test_a_split_leak_formed_between_an_old_and_a_new_row_is_caught_through_the_
     assert validate_table(con, "exports.sft", run_id="r3", now=NOW).success
 
 
+def test_a_table_sharing_prompts_with_one_validated_before_reuses_its_keys_and_reports_the_same():
+    """sft, kto and dpo share most prompts: a content keyed for one table under the same group
+    expression takes that key for another instead of being normalised again, and the other's
+    verdict (a leak included) is the full validation's."""
+    from test_validation import training_lake
+
+    con = training_lake().con
+    assert validate_table(con, "exports.sft", run_id="r1", now=NOW).success
+    # the same contents, and "question 7" with other whitespace in the other split: a leak between
+    # a content keyed for sft and a new one
+    con.execute("create table exports.sft_copy as select * from exports.sft")
+    con.execute("insert into exports.sft_copy select * replace ([{'role': 'user', 'content': '  question   7 '}]"
+                "::struct(role varchar, content varchar)[] as prompt, "
+                "case split when 'train' then 'eval' else 'train' end as split, 'leak' as interaction_id) "
+                "from exports.sft where prompt[-1].content = 'question 7' limit 1")
+    shared = validate_table(con, "exports.sft_copy", run_id="r2", now=NOW, checks=SUITES["exports.sft"])
+    full = validate_table(con, "exports.sft_copy", run_id="r2", now=NOW, checks=SUITES["exports.sft"],
+                          incremental=False)
+    assert [r.as_dict() for r in shared.results] == [r.as_dict() for r in full.results]
+    assert [r.name for r in shared.failures] == ["no normalised prompt in both splits"]
+    # the key was taken from sft's, not computed again: a marked key of sft reaches a later copy
+    keys = "lineage.validation_group_keys"
+    content = con.execute(f"select content_hash from {keys} where table_name = 'exports.sft' limit 1").fetchone()[0]
+    con.execute(f"update {keys} set group_hash = 42 where table_name = 'exports.sft' and content_hash = ?", [content])
+    con.execute(f"delete from {keys} where table_name = 'exports.sft_copy'")
+    validate_table(con, "exports.sft_copy", run_id="r3", now=NOW, checks=SUITES["exports.sft"])
+    assert con.execute(f"select group_hash from {keys} where table_name = 'exports.sft_copy' and content_hash = ?",
+                       [content]).fetchall() == [(42,)]
+
+
 def test_group_keys_of_replaced_contents_are_pruned_and_forgotten_with_the_baselines():
     con = duckdb.connect()
     con.execute(f"create table t ({COLUMNS})")

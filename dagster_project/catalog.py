@@ -562,12 +562,13 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
     described = {(s, t, c): comment for s, t, c, comment in con.execute(
         "select schema_name, table_name, column_name, comment from duckdb_columns() "
         "where database_name = current_database()").fetchall()}
+    statements = []
     for schema, table, comment in present:
         name = f"{schema}.{table}"
         qualified = f'"{schema}"."{table}"'
         if name in tables:
             if comment != tables[name]:
-                con.execute(f"comment on table {qualified} is {lit(tables[name])}")
+                statements.append(f"comment on table {qualified} is {lit(tables[name])}")
         else:
             missing.append(name)
         columns = [c for s, t, c in described if (s, t) == (schema, table)]
@@ -577,5 +578,15 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
                 missing.append(f"{name}.{column}")
                 continue
             if described[(schema, table, column)] != text:
-                con.execute(f'comment on column {qualified}."{column}" is {lit(text)}')
+                statements.append(f'comment on column {qualified}."{column}" is {lit(text)}')
+    if statements:
+        # one transaction and one call: a full refresh rewrites ~800 comments, each committed
+        # alone ~0.7 ms
+        con.execute("begin transaction")
+        try:
+            con.execute(";\n".join(statements))
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
     return missing

@@ -21,9 +21,7 @@ import duckdb
 
 from transforms import delta
 from transforms.classify import q
-from transforms.partitions import partition_column
 from transforms.spec import SourceSpec
-from transforms.sqlfiles import table_columns
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
               ("ingest_run_id", "varchar"), ("observed_seq", "bigint"), ("deleted_at_source", "timestamptz")]
@@ -274,8 +272,8 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     redecided = con.execute("select count(*) from _stg_touched").fetchone()[0]
     touched_rows = f"exists (select 1 from _stg_touched t where {_same_identity(spec, 'base', 't')})"
     start, inserted = 0, 0
-    column = partition_column(table_columns(con, table) or {})
-    days = None if column is None else set()  # nothing re-decided: no day changed (None: no event time)
+    # nothing re-decided: no day changed (None: no event time)
+    days = None if delta.day_sql(con, table) is None else set()
     if redecided:
         con.execute("begin transaction")
         try:

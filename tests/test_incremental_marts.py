@@ -255,3 +255,17 @@ def test_a_relabelled_member_of_a_full_group_recomputes_it():
     run_history(lake, [HOT_SEED, [("feedback", 1, "negative", 50, False)]], dpo_max_pairs=2)
     assert lake.con.execute("select count(distinct key) from fw_touched_groups").fetchone()[0] == 1
     assert_equals_whole_build(lake, dpo_max_pairs=2)
+
+
+def test_dpo_reads_of_an_interaction_only_what_the_group_fetch_brings():
+    """An incremental build fetches the other members of a touched DPO group with
+    DPO_MEMBER_COLUMNS only (the rest NULL): dpo.sql must read nothing else of them."""
+    import re
+
+    from transforms.sqlfiles import sql_text
+    from transforms.training import DPO_MEMBER_COLUMNS
+
+    code = "\n".join(line.split("--", 1)[0] for line in sql_text("exports/dpo").splitlines())
+    read = {m.group(2) for m in re.finditer(r'\bi\.("?)(\w+)\1', code)}
+    assert read and read <= set(DPO_MEMBER_COLUMNS), read - set(DPO_MEMBER_COLUMNS)
+    assert not re.search(r"\bi\.\*", code)

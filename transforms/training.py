@@ -27,6 +27,7 @@ from typing import Any
 import duckdb
 
 from transforms import delta, pseudonyms, text
+from transforms.classify import q
 from transforms.labels import (as_date, build_labels, check_days, insert_sql, label_changes_since,
                                latest_label_build, run_sql, sql_params, table_exists)
 from transforms.sqlfiles import sql_text, table_columns
@@ -39,6 +40,9 @@ PROMPT_KEYS = "lineage.prompt_keys"
 # What the last build consumed of staging.weighted_examples: a hash of each whole row.
 WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
 WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
+# What sql/exports/dpo.sql reads of an interaction (fw_interactions, alias i): all an incremental
+# build fetches of the other members of a touched DPO group (scattered rows: every column costs).
+DPO_MEMBER_COLUMNS = ("id", "input_text", "context", "output_text", "path", "line_number", "timestamp")
 
 # What _build_incremental deletes and inserts again, table by table.
 RECOMPUTED = {
@@ -182,8 +186,9 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
                     sql_params("exports/dpo_settled_groups", params))
+    # only dpo.sql reads these rows (the other tables read touched ids alone): its columns only
     _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
-                             f"(select key from fw_touched_groups) and id not {touched}")
+                             f"(select key from fw_touched_groups) and id not {touched}", DPO_MEMBER_COLUMNS)
     deleted = delta.delete_recomputed(con, RECOMPUTED)
     appended = {}
     for name in EXPORTS:
@@ -195,13 +200,15 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     return appended, deleted
 
 
-def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str) -> None:
-    """Append to ``fw_interactions`` the staging rows whose id ``ids`` selects. The ids are matched
-    on the id column alone and the rows fetched by rowid: a semi join would read every column
-    (the texts) of every staging row, a cost that grows with the lake, not with what is new."""
+def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str, columns: tuple[str, ...] | None = None) -> None:
+    """Append to ``fw_interactions`` the staging rows whose id ``ids`` selects (``columns`` only,
+    the others NULL; default every column). The ids are matched on the id column alone and the
+    rows fetched by rowid: a semi join would read every column (the texts) of every staging row,
+    a cost that grows with the lake, not with what is new."""
     rowids = [r[0] for r in con.execute(f"select rowid from staging.interactions where id in ({ids})").fetchall()]
+    select = "*" if columns is None else ", ".join(q(c) for c in columns)
     # rowid in (unnest): 0.04 s for 10,000 of 1M rows, where rowid = any(list) took 0.08 s
-    con.execute("insert into fw_interactions select * from staging.interactions "
+    con.execute(f"insert into fw_interactions by name select {select} from staging.interactions "
                 "where rowid in (select unnest($rowids))",
                 {"rowids": rowids})
 

@@ -711,6 +711,59 @@ def test_partitions_written_by_one_copy_hold_their_rows_in_the_total_order_nulls
     verify_snapshot(tmp_path / "exports")
 
 
+@pytest.mark.parametrize("repeated", [False, True], ids=["unique-key", "repeated-key"])
+def test_rows_whose_key_no_other_shares_are_sorted_by_it_alone_into_the_same_bytes(tmp_path, monkeypatch, repeated):
+    """Files hold their rows by the dataset's key, then every other column. When no two rows
+    written share a key, the key alone is sorted by (no text compared) and every file is byte for
+    byte what sorting by every column writes; a key two rows share sorts by every column."""
+    from dagster_project import expectations
+    from dagster_project.publishing import parquet
+
+    monkeypatch.setitem(expectations.ORDER_KEYS, "marts.keyed", ("k",))
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    con = duckdb.connect(str(state))
+    con.execute(f"""create table marts.keyed as select
+                   case when {repeated} and i % 10 = 0 then 'k-dup' else format('k{{:06d}}', (i * 7919) % 100003) end as k,
+                   repeat('t', (i % 13)::int) || i as txt, i % 3 as n,
+                   timestamptz '2025-03-01 00:00:00+00' + to_days((i % 4)::int) as "timestamp"
+                   from range(20000) t(i) order by hash(i)""")
+    con.close()
+    reference_state = tmp_path / "reference.duckdb"
+    shutil.copyfile(state, reference_state)
+    chosen = {}
+
+    def spy(con, planned, parts):
+        chosen[planned.dataset.table] = parquet.sort_columns.__wrapped__(con, planned, parts)
+        return chosen[planned.dataset.table]
+
+    spy.__wrapped__ = parquet.sort_columns
+    monkeypatch.setattr(parquet, "sort_columns", spy)
+    result = publish(state, tmp_path / "keyed", "first")
+    every = ["k", "txt", "n", "timestamp"]
+    assert chosen["marts.keyed"] == (every if repeated else ["k"])
+
+    def by_every_column(con, planned, parts):
+        names = [c["name"] for c in planned.columns]
+        keys = [c for c in planned.dataset.order if c in names]
+        return keys + [c for c in names if c not in keys]
+
+    monkeypatch.setattr(parquet, "sort_columns", by_every_column)
+    reference = publish(reference_state, tmp_path / "reference", "first")
+    files = result.manifest["datasets"]["analytics/keyed"]["files"]
+    assert len(files) == 4
+    assert ([(f["name"], f["sha256"]) for f in files]
+            == [(f["name"], f["sha256"]) for f in reference.manifest["datasets"]["analytics/keyed"]["files"]])
+    reader = duckdb.connect()
+    ties = 0
+    for f in files:
+        rows = reader.execute("select k, txt, n from read_parquet(?, file_row_number = true) order by file_row_number",
+                              [str(result.path / "analytics" / "keyed" / f["name"])]).fetchall()
+        assert rows == sorted(rows) and len(rows) == 5000, f["name"]
+        ties += sum(r[0] == "k-dup" for r in rows)
+    assert ties == (2000 if repeated else 0)
+    reader.close()
+
+
 def test_a_partition_the_one_copy_did_not_write_as_one_file_is_written_alone(tmp_path, monkeypatch):
     """DuckDB names a partition's directory after its value (escaping some characters) and may split
     a large one: a partition whose single file is not where expected is written by its own COPY,

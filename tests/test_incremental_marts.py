@@ -269,3 +269,24 @@ def test_dpo_reads_of_an_interaction_only_what_the_group_fetch_brings():
     read = {m.group(2) for m in re.finditer(r'\bi\.("?)(\w+)\1', code)}
     assert read and read <= set(DPO_MEMBER_COLUMNS), read - set(DPO_MEMBER_COLUMNS)
     assert not re.search(r"\bi\.\*", code)
+
+
+def test_a_group_gaining_an_answer_keeps_its_pairs_and_writes_only_the_new_one():
+    """A touched DPO group's pairs between untouched interactions that the group still pairs stay
+    as they are: not deleted, so their days are not hashed again by the snapshot."""
+    lake = Lake()
+    run_history(lake, [[("interaction", 1, "parse json", "", "A", "positive", True, 1),
+                        ("interaction", 2, "parse json", "", "B", "negative", True, 2)]])
+    con = lake.con
+    before = con.execute("select rowid, chosen_id, rejected_id from exports.dpo").fetchall()
+    assert [r[1:] for r in before] == [(interaction_id(1), interaction_id(2))]
+    apply(lake, ("interaction", 3, "parse json", "", "C", "negative", True, 3))
+    con.execute("update raw.interactions set observed_seq = 2 where observed_seq is null")
+    lake.stage()
+    build_labels(con)
+    built = build_training_sets(con, pseudonym_key=KEY, as_of=AS_OF)
+    assert built.deleted_days["exports.dpo"] == set()
+    assert built.appended["exports.dpo"][1] == 1
+    after = con.execute("select rowid, chosen_id, rejected_id from exports.dpo order by rowid").fetchall()
+    assert after[0] == before[0] and after[1][1:] == (interaction_id(1), interaction_id(3))
+    assert_equals_whole_build(lake)

@@ -49,7 +49,9 @@ RECOMPUTED = {
     "exports.sft": "base.interaction_id in (select key from fw_touched_interactions)",
     "exports.kto": "(base.origin = 'interaction' and base.example_id in (select key from fw_touched_interactions)) "
                    "or (base.origin <> 'interaction' and base.example_id in (select key from fw_touched_weighted))",
-    "exports.dpo": "base.prompt_group in (select key from fw_touched_groups)",
+    # a touched group's pairs that its recomputation (fw_dpo) keeps as they were stay
+    "exports.dpo": "base.prompt_group in (select key from fw_touched_groups) and not exists (select 1 from "
+                   "fw_dpo_kept k where k.chosen_id = base.chosen_id and k.rejected_id = base.rejected_id)",
     "exports.weighted": "base.content_hash in (select key from fw_touched_weighted)",
 }
 
@@ -189,15 +191,38 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     # only dpo.sql reads these rows (the other tables read touched ids alone): its columns only
     _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
                              f"(select key from fw_touched_groups) and id not {touched}", DPO_MEMBER_COLUMNS)
+    _diff_dpo(con, part)
     deleted = delta.delete_recomputed(con, RECOMPUTED)
     appended = {}
     for name in EXPORTS:
         start = delta.next_rowid(con, f"exports.{name}")
-        appended[f"exports.{name}"] = (start, insert_sql(con, f"exports/{name}", part))
+        appended[f"exports.{name}"] = (start, con.execute(
+            "insert into exports.dpo by name select d.* from fw_dpo d anti join fw_dpo_kept k "
+            "on k.chosen_id = d.chosen_id and k.rejected_id = d.rejected_id").fetchone()[0]
+            if name == "dpo" else insert_sql(con, f"exports/{name}", part))
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
                 f"from staging.weighted_examples as w where content_hash {weighted}")
     return appended, deleted
+
+
+def _diff_dpo(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+    """``fw_dpo``: the touched groups' pairs as dpo.sql computes them now; ``fw_dpo_kept``: those
+    exports.dpo already holds as they are, which the build neither deletes nor inserts.
+
+    A pair row is made of its two interactions' staging rows, prompt keys and labels (and the
+    split setting, part of the build's key): a pair whose chosen and rejected interactions are
+    both untouched is the same row as before when dpo.sql still pairs them. So only the pairs
+    that changed are rewritten, and their days are the only ones the snapshot hashes again: a
+    touched group's pairs lie on all its days (on the 1M lake, a +1% run touched pairs on 59 of
+    the 61 days, of which 1 changed)."""
+    con.execute(f"create or replace temp table fw_dpo as {sql_text('exports/dpo')}",
+                sql_params("exports/dpo", params))
+    touched = "(select key from fw_touched_interactions)"
+    con.execute("create or replace temp table fw_dpo_kept as select e.chosen_id, e.rejected_id from exports.dpo e "
+                "semi join fw_dpo d on d.chosen_id = e.chosen_id and d.rejected_id = e.rejected_id "
+                f"where e.prompt_group in (select key from fw_touched_groups) and e.chosen_id not in {touched} "
+                f"and e.rejected_id not in {touched}")
 
 
 def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str, columns: tuple[str, ...] | None = None) -> None:

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from staging_fixtures import Lake, interaction_id
-from transforms.labels import LABEL_CHANGES, build_labels
+from transforms.delta import FINGERPRINT
+from transforms.labels import LABEL_CHANGES, LABEL_INPUTS, build_labels
 from transforms.training import build_training_sets
 
 KEY = b"test-key"
@@ -92,6 +93,11 @@ def run_history(lake: Lake, history: list[list[tuple]], **kw) -> None:
 
 def assert_equals_whole_build(lake: Lake, **kw) -> None:
     con = lake.con
+    # what the next incremental labels build compares with: every staging row's fingerprint
+    assert con.execute(f"select id, {FINGERPRINT} from staging.interactions except all "
+                       f"select id, fp from {LABEL_INPUTS}").fetchall() == []
+    assert con.execute(f"select id, fp from {LABEL_INPUTS} except all "
+                       f"select id, {FINGERPRINT} from staging.interactions").fetchall() == []
     for t in TABLES:
         con.execute(f"create or replace temp table inc_{t.replace('.', '_')} as select * from {t}")
     build(lake, incremental=False, **kw)

@@ -109,7 +109,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     con.execute("begin transaction")
     try:
         if usable:
-            _touched_interactions(con, state)
+            fast = _touched_interactions(con, state)
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
                         "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
                         [state["feedback_seq"]])
@@ -118,9 +118,13 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
                 table = name.replace("/", ".")
                 start = delta.next_rowid(con, table)
                 appended[table] = (start, insert_sql(con, name, {"all": False}))
-            con.execute(f"delete from {LABEL_INPUTS} where id {TOUCHED}")
-            con.execute(f"insert into {LABEL_INPUTS} select id, {delta.FINGERPRINT} from staging.interactions "
-                        f"where id {TOUCHED}")
+            if fast:  # only the new versions' fingerprints changed: no scan of either 1M-row table
+                con.execute(f"delete from {LABEL_INPUTS} where rowid in (select rid from fw_replaced)")
+                con.execute(f"insert into {LABEL_INPUTS} select id, fp from fw_new_rows")
+            else:
+                con.execute(f"delete from {LABEL_INPUTS} where id {TOUCHED}")
+                con.execute(f"insert into {LABEL_INPUTS} select id, {delta.FINGERPRINT} from staging.interactions "
+                            f"where id {TOUCHED}")
         else:
             delta.temp_keys(con, "fw_touched_interactions")
             for name in LABEL_SQL:
@@ -139,8 +143,10 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     return delta.Built(counts, appended, deleted)
 
 
-def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> None:
-    """``fw_touched_interactions``: the interactions whose staging row is new, changed or gone.
+def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any]) -> bool:
+    """``fw_touched_interactions``: the interactions whose staging row is new, changed or gone;
+    whether the fast path told them (then ``fw_new_rows`` holds every changed fingerprint and
+    ``fw_replaced`` the rows of ``lineage.label_inputs`` they replace).
 
     Fast path: the rows loaded since the last build (``observed_seq`` above its watermark) are
     the new versions; when the count and fingerprint sum of staging equal what the last build
@@ -150,21 +156,23 @@ def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any])
     con.execute(f"create or replace temp table fw_new_rows as select id, {delta.FINGERPRINT} as fp "
                 "from staging.interactions where observed_seq > ?", [state.get("interactions_seq", -1)])
     before = latest_label_build(con)
-    replaced = con.execute(f"select count(*), coalesce(sum(fp), 0) from {LABEL_INPUTS} "
-                           "where id in (select id from fw_new_rows)").fetchone()
+    con.execute(f"create or replace temp table fw_replaced as select rowid as rid, fp from {LABEL_INPUTS} "
+                "where id in (select id from fw_new_rows)")
+    replaced = con.execute("select count(*), coalesce(sum(fp), 0) from fw_replaced").fetchone()
     new = con.execute("select count(*), coalesce(sum(fp), 0) from fw_new_rows").fetchone()
     now = con.execute(f"select count(*), coalesce(sum({delta.FINGERPRINT}), 0) from staging.interactions").fetchone()
     if (before is not None and before.get("inputs_rows") is not None
             and now[0] == before["inputs_rows"] - replaced[0] + new[0]
             and int(now[1]) == int(before["inputs_sum"]) - int(replaced[1]) + int(new[1])):
         delta.temp_keys(con, "fw_touched_interactions", "select id as key from fw_new_rows")
-        return
+        return True
     delta.temp_keys(con, "fw_touched_interactions", f"""
         (select id as key, {delta.FINGERPRINT} as fp from staging.interactions
          except select id, fp from {LABEL_INPUTS})
         union all
         (select id, fp from {LABEL_INPUTS}
          except select id as key, {delta.FINGERPRINT} as fp from staging.interactions)""")
+    return False
 
 
 def _log_build(con: duckdb.DuckDBPyConnection, *, full: bool) -> None:

@@ -177,13 +177,17 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     _drop_fw_interactions(con)
     con.execute("create temp table fw_interactions as select * from staging.interactions limit 0")
     _fetch_interactions(con, "select key from fw_touched_interactions")
-    # a touched interaction's DPO groups: the one it was in and the one it is in now
-    delta.temp_keys(con, "fw_left_groups", f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
-    con.execute(f"delete from {PROMPT_KEYS} where id {touched}")
+    # a touched interaction's DPO groups: the one it was in and the one it is in now (each read
+    # in one scan: its old keys by id, then deleted by rowid; its new keys where they were appended)
+    con.execute(f"create or replace temp table fw_old_keys as select rowid as rid, prompt_group from {PROMPT_KEYS} "
+                f"where id {touched}")
+    delta.temp_keys(con, "fw_left_groups", "select prompt_group as key from fw_old_keys")
+    con.execute(f"delete from {PROMPT_KEYS} where rowid in (select rid from fw_old_keys)")
     part = {**params, "all": False}
+    start = delta.next_rowid(con, PROMPT_KEYS)
     insert_sql(con, "exports/prompt_keys", part, table=PROMPT_KEYS)
     delta.temp_keys(con, "fw_touched_groups", f"select key from fw_left_groups union all "
-                                              f"select prompt_group as key from {PROMPT_KEYS} where id {touched}")
+                                              f"select prompt_group as key from {PROMPT_KEYS} where rowid >= {int(start)}")
     if params["max_pairs"] is not None:
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",

@@ -190,6 +190,31 @@ def test_same_size_and_mtime_but_changed_bytes_is_reread(settings):
         ("Wse open().",)]
 
 
+def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_its_ctime(settings, monkeypatch):
+    """A file whose size, mtime, inode and settled ctime are the recorded ones is known unchanged
+    without reading a byte; rewriting it in place with its size and mtime restored moves the
+    ctime, so its last block is read again and the rewrite found."""
+    from dagster_project.engine import readers
+
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)  # every ctime settled at once
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    reads = []
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a[1]) or pread(*a))
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "unchanged" and reads == []
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[data.rindex(b"Use")] = ord("W")
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_ctime_ns != st.st_ctime_ns
+    con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "rewritten" and reads == [st.st_size]
+
+
 def test_future_mtime_still_seals_the_partial_tail(settings):
     path = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
     path.parent.mkdir(parents=True)

@@ -9,12 +9,17 @@ and classifies them. The last unit carries the file's new state; no units means 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster_project.settings import Settings
 
 TAIL_CHECK_BYTES = 64 * 1024  # the last consumed block, hashed to catch same-size/mtime edits
+# A status change time (ctime) this much older than the read it was recorded at is trusted: no
+# write or utime can have happened since without moving it (no call sets it), and none in the
+# same clock tick as the read (filesystems stamp times at a few ms granularity).
+CTIME_SETTLED_SECONDS = 2.0
 
 
 @dataclass
@@ -37,9 +42,13 @@ class FileView:
 
 
 def stat_signature(real: Path | int) -> dict:
-    """Size, mtime and inode of a path or an open file descriptor."""
+    """Size, mtime and inode of a path or an open file descriptor, and its ctime when settled
+    (``CTIME_SETTLED_SECONDS`` old, else None): a file whose settled ctime is the recorded one
+    has not been written to since (see ``jsonl.unchanged``)."""
     st = os.stat(real)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    settled = st.st_ctime_ns <= (time.time() - CTIME_SETTLED_SECONDS) * 1e9
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+            "ctime_ns": st.st_ctime_ns if settled else None}
 
 
 def sealed(view: FileView, changed_at: float) -> bool:

@@ -56,10 +56,18 @@ def _nothing_due(view: FileView, known: dict) -> bool:
 
 
 def unchanged(view: FileView) -> bool:
-    """``read`` would find nothing to do. Checked with one small read instead of mapping the
-    file, since nearly every file of a lake is unchanged on a given run."""
+    """``read`` would find nothing to do. Nearly every file of a lake is unchanged on a given
+    run: one whose size, mtime, inode and settled ctime are the recorded ones is not read at
+    all (a write or a utime moves the ctime, and nothing sets it back); else one small read of
+    its last consumed block, instead of mapping the file. Reading that block of each of the
+    1M bench lake's 3,932 interaction files cost a no-op run 0.26 s (250 MB hashed)."""
     if not _live(view.known):
         return False
+    known = view.known
+    if known.get("ctime_ns") is not None:
+        sig = stat_signature(view.real)
+        if all(known[k] == sig[k] for k in ("size", "mtime_ns", "ino", "ctime_ns")):
+            return _nothing_due(view, known)
     with open(view.real, "rb") as fh:
         def tail_hash(offset: int) -> str | None:
             start = max(0, offset - TAIL_CHECK_BYTES)

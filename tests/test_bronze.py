@@ -215,6 +215,24 @@ def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_i
     assert reports["interactions"].files[0].event == "rewritten" and reads == [st.st_size]
 
 
+def test_a_session_store_whose_ctime_alone_moved_is_not_read_again(settings, monkeypatch):
+    """Only the line reader keeps a ctime: a SQLite store linked or chmodded (its ctime moved,
+    nothing else) still matches its recorded signature, and is not scanned again."""
+    from dagster_project.engine import readers
+    from dagster_project.engine.readers import sqlite as reader
+
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)
+    db = settings.raw_dir / SESSIONS
+    store(db, ["r1", "r2"], journal="DELETE").close()
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    os.chmod(db, 0o640)
+    scans = []
+    snapshot = reader._snapshot
+    monkeypatch.setattr(reader, "_snapshot", lambda *a: scans.append(a) or snapshot(*a))
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert reports["session_ratings"].files[0].event == "unchanged" and scans == []
+
+
 def test_future_mtime_still_seals_the_partial_tail(settings):
     path = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
     path.parent.mkdir(parents=True)

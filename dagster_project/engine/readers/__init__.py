@@ -41,14 +41,17 @@ class FileView:
     now: float  # wall-clock seconds of this run
 
 
-def stat_signature(real: Path | int) -> dict:
-    """Size, mtime and inode of a path or an open file descriptor, and its ctime when settled
-    (``CTIME_SETTLED_SECONDS`` old, else None): a file whose settled ctime is the recorded one
-    has not been written to since (see ``jsonl.unchanged``)."""
+def stat_signature(real: Path | int, *, ctime: bool = False) -> dict:
+    """Size, mtime and inode of a path or an open file descriptor; with ``ctime``, also its ctime
+    when settled (``CTIME_SETTLED_SECONDS`` old, else None): a line file whose settled ctime is
+    the recorded one has not been written to since (``jsonl.unchanged``). Only that reader
+    records it: the others compare their whole signature, which a ctime must not disturb."""
     st = os.stat(real)
-    settled = st.st_ctime_ns <= (time.time() - CTIME_SETTLED_SECONDS) * 1e9
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-            "ctime_ns": st.st_ctime_ns if settled else None}
+    sig = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    if ctime:
+        settled = st.st_ctime_ns <= (time.time() - CTIME_SETTLED_SECONDS) * 1e9
+        sig["ctime_ns"] = st.st_ctime_ns if settled else None
+    return sig
 
 
 def sealed(view: FileView, changed_at: float) -> bool:

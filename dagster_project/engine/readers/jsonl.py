@@ -65,7 +65,7 @@ def unchanged(view: FileView) -> bool:
         return False
     known = view.known
     if known.get("ctime_ns") is not None:
-        sig = stat_signature(view.real)
+        sig = stat_signature(view.real, ctime=True)
         if all(known[k] == sig[k] for k in ("size", "mtime_ns", "ino", "ctime_ns")):
             return _nothing_due(view, known)
     with open(view.real, "rb") as fh:
@@ -80,7 +80,7 @@ def unchanged(view: FileView) -> bool:
 
 def read(view: FileView, buf=None) -> list[Unit]:
     known = view.known
-    sig = stat_signature(view.real)
+    sig = stat_signature(view.real, ctime=True)
     if buf is None:
         buf = open_map(view.real)
     size = len(buf)

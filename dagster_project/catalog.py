@@ -15,7 +15,7 @@ from __future__ import annotations
 import duckdb
 
 from transforms.spec import Field, SourceSpec
-from transforms.sqlfiles import lit
+from transforms.sqlfiles import lit, transaction
 
 PROVENANCE = "in the raw file named by path"
 
@@ -582,11 +582,6 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
     if statements:
         # one transaction and one call: a full refresh rewrites ~800 comments, each committed
         # alone ~0.7 ms
-        con.execute("begin transaction")
-        try:
+        with transaction(con):
             con.execute(";\n".join(statements))
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
     return missing

@@ -58,7 +58,7 @@ import duckdb
 
 from dagster_project.expectations import (MACROS, NATIVE_KINDS, SCHEMA_KINDS, SUITES, Check, order_keys,
                                           suite_key)
-from transforms.sqlfiles import ensure_table, is_base_table, table_columns
+from transforms.sqlfiles import ensure_table, is_base_table, table_columns, transaction
 
 # GX must never phone home (no network in production): set before great_expectations is imported.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -1181,8 +1181,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
             # the scope inside: only its rows are computed (a rowid range is skipped to)
             f"from {quoted} as base{f' where {scope}' if scope else ''}) base where {predicate}")))
-    con.execute("begin transaction")
-    try:
+    with transaction(con):
         con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])
         con.execute("create or replace temp table _fw_drop (__rid bigint, __order int, expectation varchar, "
                     "detail varchar, __key varchar, __path varchar, __line bigint)")
@@ -1205,10 +1204,6 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             "select expectation, count(*)::bigint from ingest.excluded where run_id = ? and table_name = ? "
             "group by all order by all", [run_id, table]).fetchall())
         con.execute("drop table _fw_drop")
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
     return report
 
 

@@ -63,3 +63,22 @@ def test_ensure_table_creates_what_is_missing_and_leaves_what_is_there(con):
     con.execute("insert into fresh.log values (1, 'kept')")
     ensure_table(con, "fresh.log", "other int")  # as "if not exists": an existing table is not touched
     assert con.execute("select * from fresh.log").fetchall() == [(1, "kept")]
+
+
+def test_a_transaction_commits_what_its_block_wrote_and_rolls_all_of_it_back_on_an_error():
+    import duckdb
+
+    from transforms.sqlfiles import transaction
+
+    con = duckdb.connect()
+    con.execute("create table t (x int)")
+    with transaction(con):
+        con.execute("insert into t values (1)")
+    with pytest.raises(ZeroDivisionError):
+        with transaction(con):
+            con.execute("insert into t values (2)")
+            1 / 0
+    assert con.execute("select x from t").fetchall() == [(1,)]
+    with transaction(con):  # no transaction was left open
+        con.execute("insert into t values (3)")
+    assert con.execute("select x from t order by x").fetchall() == [(1,), (3,)]

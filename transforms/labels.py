@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 
 from transforms import delta, pseudonyms, text
-from transforms.sqlfiles import materialize, sql_text
+from transforms.sqlfiles import materialize, sql_text, transaction
 
 SESSION_RATINGS_RETENTION_DAYS = 180
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -106,8 +106,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
                               [state["feedback_seq"]]).fetchone()[0] == state["feedback_rows"])
     appended: dict[str, tuple[int, int]] = {}
     deleted: dict[str, set[str] | None] = {}
-    con.execute("begin transaction")
-    try:
+    with transaction(con):
         if usable:
             fast = _touched_interactions(con, state)
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
@@ -136,10 +135,6 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
                                         "interactions_seq": interactions_seq})
         counts = {t: con.execute(f"select count(*) from {t}").fetchone()[0]
                   for t in ("marts.interaction_labels", "marts.orphan_feedback")}
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
     return delta.Built(counts, appended, deleted)
 
 

@@ -9,6 +9,8 @@ one statement per file.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,19 @@ from typing import Any
 import duckdb
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block as one transaction: committed when it ends, rolled back when it (or the commit)
+    raises, and the error raised again."""
+    con.execute("begin transaction")
+    try:
+        yield
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
 
 
 @cache

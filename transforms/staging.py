@@ -22,6 +22,7 @@ import duckdb
 from transforms import delta
 from transforms.classify import q
 from transforms.spec import SourceSpec
+from transforms.sqlfiles import transaction
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
               ("ingest_run_id", "varchar"), ("observed_seq", "bigint"), ("deleted_at_source", "timestamptz")]
@@ -231,15 +232,10 @@ def _winners(spec: SourceSpec, scope: str) -> str:
 def _full(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, state: _State,
           reason: str) -> StagingResult:
     table = f"staging.{spec.name}"
-    con.execute("begin transaction")
-    try:
+    with transaction(con):
         # no watermark until the drop step is done: a crash in between rebuilds again
         con.execute(f"delete from {WATERMARKS} where table_name = ?", [table])
         candidates = _rebuild(con, spec)
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
     report = drop(con, table, run_id=run_id, now=now)
     # The excluded winners: raw rows at the ledger's positions whose identity left staging.
     ids = ", ".join(f"r.{q(c)}" for c in identity_columns(spec))
@@ -275,8 +271,7 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     # nothing re-decided: no day changed (None: no event time)
     days = None if delta.day_sql(con, table) is None else set()
     if redecided:
-        con.execute("begin transaction")
-        try:
+        with transaction(con):
             gone = delta.delete_recomputed(con, {table: touched_rows})[table]
             # DuckDB appends after every row id ever used, so the rows of this insert are the ones
             # from ``start`` on: a range the scan skips to, for the validation of just these rows
@@ -286,10 +281,6 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
             # and of the rows that came (the drop step deletes only some of these)
             came = delta.days_of(con, table, f"base.rowid >= {int(start)}")
             days = None if gone is None else gone | came
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
     # Winners outside the scope passed the same checks at an earlier now: only the scope is checked.
     scope = touched_rows if redecided else "false"
     report = drop(con, table, run_id=run_id, now=now, scope=scope)
@@ -318,8 +309,7 @@ def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State,
     rowid, rows) of what an incremental step inserted and kept, the only rows of a touched identity."""
     table = f"staging.{spec.name}"
     excluded = _excluded_table(spec)
-    con.execute("begin transaction")
-    try:
+    with transaction(con):
         # every identity excluded before is in _stg_touched, so this is the whole excluded set
         if redecided or mode == "full":
             rows = f"staging.{q(spec.name)}"
@@ -335,8 +325,4 @@ def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State,
         if state.epoch is not None and state.applied_seq is not None and not getattr(report, "systemic", None):
             con.execute(f"insert into {WATERMARKS} values (?, ?, ?, ?, ?, ?, ?, ?, now())",
                         [table, state.epoch, state.code_key, state.applied_seq, now, run_id, mode, redecided])
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
     con.execute("drop table if exists _stg_touched")

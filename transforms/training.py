@@ -30,7 +30,7 @@ from transforms import delta, pseudonyms, text
 from transforms.classify import q
 from transforms.labels import (as_date, build_labels, check_days, insert_sql, label_changes_since,
                                latest_label_build, run_sql, sql_params, table_exists)
-from transforms.sqlfiles import sql_text, table_columns
+from transforms.sqlfiles import sql_text, table_columns, transaction
 
 DEFAULT_EVAL_FRACTION = 0.05
 DEFAULT_DPO_MAX_PAIRS = 16
@@ -120,8 +120,7 @@ def build_training_sets(
                               "from staging.interactions").fetchone()[0] == labels_now["inputs_sum"])
     appended: dict[str, tuple[int, int]] = {}
     deleted: dict[str, set[str] | None] = {}
-    con.execute("begin transaction")
-    try:
+    with transaction(con):
         if usable:
             appended, deleted = _build_incremental(con, params, changes)
         else:
@@ -129,10 +128,6 @@ def build_training_sets(
         delta.save(con, "training", key, {"labels": labels_now})
         counts = {f"exports.{name}": con.execute(f"select count(*) from exports.{name}").fetchone()[0]
                   for name in EXPORTS}
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
     return delta.Built(counts, appended, deleted)
 
 

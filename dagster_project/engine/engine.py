@@ -35,6 +35,7 @@ from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
 from dagster_project import versions
 from transforms import arrowcols
+from transforms.sqlfiles import transaction
 from transforms.localtime import resolve_folds
 from transforms.classify import build_sql, output_columns, q, strict_verdict
 from transforms.lines import BATCH_ROWS, Rejected
@@ -238,8 +239,7 @@ class Ingestor:
         """
         if not batch:
             return
-        self.con.execute("begin transaction")
-        try:
+        with transaction(self.con):
             tables, rejects, events, tombstones = [], [], [], []
             keys: dict[tuple[str, int], str | None] = {}  # (path, key) -> sha256, None: deleted
             for i, e in enumerate(batch):
@@ -294,10 +294,6 @@ class Ingestor:
             versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
             if bronze_written is not None:
                 bronze_written.result()
-            self.con.execute("commit")
-        except BaseException:
-            self.con.execute("rollback")
-            raise
         for e in batch:
             e.data = None
 

@@ -82,6 +82,11 @@ class Part:
     bytes: int = 0
     sha256: str = ""
 
+    @property
+    def stem(self) -> str:
+        """The partition's name: the file name without ``.parquet`` (what ``part_sql`` gives)."""
+        return self.name[:-len(".parquet")]
+
 
 @dataclass
 class Plan:
@@ -226,7 +231,7 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     near = _time_range(columns, part_sql, names)  # zone maps skip the other days' row groups
     where = f"{time_sql(col, fmt)} in ({', '.join(lit(n) for n in names)})" + (f" and {near}" if near else "")
     fresh = _hash_parts(con, dataset, columns, part_sql, objects, where=where) if names else []
-    parts = sorted(kept + fresh, key=lambda p: p.name[:-len(".parquet")])  # as plan orders __part
+    parts = sorted(kept + fresh, key=lambda p: p.stem)  # as plan orders __part
     return Plan(dataset, entry["columns"], part_sql, parts) if parts else None
 
 
@@ -287,7 +292,6 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
     immutable, and ``reuse`` checked each exists.
     """
     dataset = planned.dataset
-    columns = {c["name"]: c["type"] for c in planned.columns}
     options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
     missing = [p for p in planned.parts if p.key not in pending
                and not (p.reused and (planned.from_manifest or (objects / f"{p.key}.parquet").exists()))]
@@ -310,7 +314,7 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
             if part.name in written:
                 os.replace(written[part.name], tmp)
             else:
-                where = "false" if not part.rows else rows_of(planned, [part.name[:-len(".parquet")]])
+                where = "false" if not part.rows else rows_of(planned, [part.stem])
                 con.execute(f"copy (select * from ({dataset.select}) where {where} order by {order_sql}) "
                             f"to {lit(tmp)} ({options})")
             part.sha256, part.bytes = verify_written(tmp, part.rows, f"{dataset.table}: {part.name}")
@@ -333,7 +337,7 @@ def sort_columns(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part
     types = {c["name"]: c["type"] for c in planned.columns}
     keys = [c for c in planned.dataset.order if c in types]
     every = keys + [c for c in types if c not in keys]
-    names = [p.name[:-len(".parquet")] for p in parts if p.rows]
+    names = [p.stem for p in parts if p.rows]
     # a float key may hold -0.0 and 0.0: equal to the sort, not to a hash
     if (not keys or len(keys) == len(types) or any(types[c] in ("FLOAT", "DOUBLE") for c in keys)
             or sum(p.rows for p in parts) < KEY_SORT_ROWS):
@@ -356,7 +360,7 @@ def _copy_partitioned(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list
     On the 1M-interaction lake's staging.interactions (61 days) this took 2.7 s where sorting the
     rows into a temp table and a COPY per partition took 3.9 s: the sort, the partitioning and
     the writing run on every core, and there is no statement per file."""
-    names = [p.name[:-len(".parquet")] for p in parts]
+    names = [p.stem for p in parts]
     con.execute(f"copy (select * from (select *, {planned.part_sql} as __part from ({planned.dataset.select})) "
                 f"where {rows_of(planned, names, named='__part')}) to {lit(directory)} "
                 f"({options}, partition_by (__part), order_by ({order_sql}), write_partition_columns false)")

@@ -398,7 +398,7 @@ def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> Non
         [ID_COLUMN]).fetchall()
     checked = []
     for path, planned in plans.items():
-        new = [p.name[:-len(".parquet")] for p in planned.parts if not p.reused and p.rows]
+        new = [p.stem for p in planned.parts if not p.reused and p.rows]
         text = [c["name"] for c in planned.columns if c["type"] == "VARCHAR"]
         if planned.dataset.shared and new and text:
             checked.append((path, planned, text, parquet.rows_of(planned, new)))

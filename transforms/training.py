@@ -179,10 +179,10 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     delta.temp_keys(con, "fw_left_groups", "select prompt_group as key from fw_old_keys")
     con.execute(f"delete from {PROMPT_KEYS} where rowid in (select rid from fw_old_keys)")
     part = {**params, "all": False}
-    start = delta.next_rowid(con, PROMPT_KEYS)
+    new_keys = delta.next_rowid(con, PROMPT_KEYS)
     insert_sql(con, "exports/prompt_keys", part, table=PROMPT_KEYS)
     delta.temp_keys(con, "fw_touched_groups", f"select key from fw_left_groups union all "
-                                              f"select prompt_group as key from {PROMPT_KEYS} where rowid >= {int(start)}")
+                                              f"select prompt_group as key from {PROMPT_KEYS} where rowid >= {int(new_keys)}")
     if params["max_pairs"] is not None:
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
@@ -195,10 +195,12 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     appended = {}
     for name in EXPORTS:
         start = delta.next_rowid(con, f"exports.{name}")
-        appended[f"exports.{name}"] = (start, con.execute(
-            "insert into exports.dpo by name select d.* from fw_dpo d anti join fw_dpo_kept k "
-            "on k.chosen_id = d.chosen_id and k.rejected_id = d.rejected_id").fetchone()[0]
-            if name == "dpo" else insert_sql(con, f"exports/{name}", part))
+        if name == "dpo":  # the pairs that changed (_diff_dpo), not the touched groups' whole
+            added = con.execute("insert into exports.dpo by name select d.* from fw_dpo d anti join fw_dpo_kept k "
+                                "on k.chosen_id = d.chosen_id and k.rejected_id = d.rejected_id").fetchone()[0]
+        else:
+            added = insert_sql(con, f"exports/{name}", part)
+        appended[f"exports.{name}"] = (start, added)
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
                 f"from staging.weighted_examples as w where content_hash {weighted}")

@@ -61,15 +61,9 @@ def sealed(view: FileView, changed_at: float) -> bool:
 
 
 def finish(units: list[Unit], state: dict, known: dict | None) -> list[Unit]:
-    """Attach the new state to the last unit, or record it alone when it changed. A ctime alone
-    is no change: it moves when a file is linked or its mode changes, and it settles as time
-    passes, none of which is new data (the recorded one, or None, is kept)."""
+    """Attach the new state to the last unit, or record it alone when it changed."""
     if units:
         units[-1].state = state
-    elif _but_ctime(state) != _but_ctime(known):
+    elif state != known:
         units.append(Unit("state", state=state))
     return units
-
-
-def _but_ctime(state: dict | None) -> dict | None:
-    return None if state is None else {k: v for k, v in state.items() if k != "ctime_ns"}

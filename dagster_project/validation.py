@@ -228,9 +228,12 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
     quoted = _quote_table(table)
     rows = int(con.execute(f"select count(*) from {quoted}").fetchone()[0])
     results: dict[int, CheckResult] = {}
-    # the run of the last clean validation, which the caller's row_scope is relative to
-    since = _baseline_run(con, table) if incremental and row_scope is not None else None
+    # the table's row baseline, read once; its run (the last clean validation) is what the
+    # caller's row_scope is relative to
+    baseline = _baseline(con, table)
+    since = baseline.run_id if incremental and baseline is not None and row_scope is not None else None
     row_checks: list[tuple[int, Check]] = []
+    table_checks: list[tuple[Check, CheckResult]] = []
     whole_checks: list[tuple[int, Check]] = []  # through GX on every row (none in today's suites)
     for i, check in enumerate(suite):
         missing = [c for c in check.required_columns if c not in columns]
@@ -247,18 +250,19 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
         elif check.kind in TABLE_SQL_KINDS:
             results[i] = (since and _scoped_table_level(con, table, quoted, check, columns, rows, now, row_scope, since)
                           or _table_level(con, quoted, check, rows, now, keys_of=table if incremental else None))
-            if incremental:
-                _note_clean(con, table, check, columns, results[i], run_id)
+            table_checks.append((check, results[i]))
         else:
             whole_checks.append((i, check))
 
+    if incremental:
+        _note_clean(con, table, table_checks, columns, run_id)
     examined = 0
     if whole_checks:
         results.update(_gx_on_frame(con, table, run_id, quoted, whole_checks, rows, now))
         examined = rows
     if row_checks:
         found, examined_rows = _row_level(con, table, quoted, columns, row_checks, rows, run_id, now, incremental,
-                                          row_scope)
+                                          row_scope, baseline)
         results.update(found)
         examined = max(examined, examined_rows)
 
@@ -288,7 +292,8 @@ BASELINE_SCHEME = "1"
 
 def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns: dict[str, str],
                checks: list[tuple[int, Check]], rows: int, run_id: str, now: datetime,
-               incremental: bool, row_scope: str | None = None) -> tuple[dict[int, CheckResult], int]:
+               incremental: bool, row_scope: str | None = None, stored: Baseline | None = None
+               ) -> tuple[dict[int, CheckResult], int]:
     """Row-level checks (not null, in set, between, regex, roles...): only the new rows are looked at.
 
     A row's outcome depends on its own values alone, so a row whose checked columns hash to a
@@ -310,21 +315,22 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
         [BASELINE_SCHEME, duckdb.__version__, _gx_version(), [repr(c) for _, c in checks],
          [(c, columns[c]) for c in needed]], default=str).encode()).hexdigest()
     keep = bool(needed) and all(c.gx_mostly == 1.0 for _, c in checks) and _is_table(con, table)
-    baseline = _baseline(con, table) if keep and incremental else None
-    use = baseline is not None and baseline[0] == fingerprint and baseline[1] <= now
+    baseline = stored if keep and incremental else None
+    use = baseline is not None and baseline.fingerprint == fingerprint and baseline.valid_at <= now
     where = ""
     every_row = (f"create or replace temp table _fw_rows as select rowid as rid, "
                  f"hash({', '.join(_q(c) for c in needed)}) as h from {quoted} base")
     # Rows outside the caller's scope were in the table the baseline was taken of: only the
     # scope can hold new rows, so hashing every row (the cost that grows with the table) is spared.
     scoped = use and row_scope is not None
-    if keep:
+    if keep:  # a table of its own, not a subquery: the anti join then builds on the smaller side
         con.execute(every_row + (f" where {row_scope}" if scoped else ""))
-    if use:
-        con.execute(f"create or replace temp table _fw_new as select rid from _fw_rows anti join "
-                    f"(select row_hash from {VALIDATED_ROWS} where table_name = ?) v on h = v.row_hash", [table])
+    examined = rows
+    if use:  # the rows whose hash the baseline lacks, with it (the statement returns their number)
+        examined = int(con.execute(
+            f"create or replace temp table _fw_new as select rid, h from _fw_rows anti join "
+            f"(select row_hash from {VALIDATED_ROWS} where table_name = ?) v on h = v.row_hash", [table]).fetchone()[0])
         where = " where rowid in (select rid from _fw_new) order by rowid"
-    examined = int(con.execute("select count(*) from _fw_new").fetchone()[0]) if use else rows
 
     results: dict[int, CheckResult] = {}
     if not incremental:  # the reference: GX on every row
@@ -352,15 +358,14 @@ def _row_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, columns:
     if keep:
         clean = all(results[i].status == "passed" and not results[i].unexpected_count for i, _ in checks)
         if not clean:
-            _store_baseline(con, table, None, now, run_id)
+            _store_baseline(con, table, None, now, run_id, stored)
         elif not use:
-            _store_baseline(con, table, fingerprint, now, run_id)
+            _store_baseline(con, table, fingerprint, now, run_id, stored)
         elif examined:
-            _store_baseline(con, table, fingerprint, now, run_id, add_only=True, rows=rows,
+            _store_baseline(con, table, fingerprint, now, run_id, stored, add_only=True, rows=rows,
                             every_row=every_row if scoped else None)
         # else: nothing new, the baseline still holds (as of its own, earlier run time)
-        con.execute("drop table if exists _fw_new")
-        con.execute("drop table if exists _fw_rows")
+        con.execute("drop table if exists _fw_new; drop table if exists _fw_rows")
     return results, examined
 
 
@@ -492,16 +497,31 @@ def _ensure_baselines(con: duckdb.DuckDBPyConnection) -> None:
     ensure_table(con, VALIDATED_ROWS, "table_name varchar not null, row_hash ubigint not null")
 
 
-def _baseline(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, datetime] | None:
+@dataclass(frozen=True)
+class Baseline:
+    """A table's row baseline (``lineage.validation_baselines``): what its hashes were checked
+    with, the run time they hold at, how many ``lineage.validated_rows`` holds, and the run of
+    that clean validation."""
+
+    fingerprint: str
+    valid_at: datetime
+    hashes: int | None
+    run_id: str | None
+
+
+def _baseline(con: duckdb.DuckDBPyConnection, table: str) -> Baseline | None:
     if not _is_table(con, BASELINES):  # never validated here
         return None
-    row = con.execute(f"select fingerprint, valid_at from {BASELINES} where table_name = ?", [table]).fetchone()
-    return (row[0], _utc(row[1])) if row else None
+    row = con.execute(f"select fingerprint, valid_at, hashes, run_id from {BASELINES} where table_name = ?",
+                      [table]).fetchone()
+    return Baseline(row[0], _utc(row[1]), row[2], row[3]) if row else None
 
 
 def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str | None, now: datetime,
-                    run_id: str, *, add_only: bool = False, rows: int = 0, every_row: str | None = None) -> None:
+                    run_id: str, held: Baseline | None, *, add_only: bool = False, rows: int = 0,
+                    every_row: str | None = None) -> None:
     """Record the hashes of ``_fw_rows`` as validated at ``now`` (``fingerprint`` None: forget them).
+    ``held``: the table's baseline as the validation found it (``_baseline``).
 
     ``add_only``: only the new rows' hashes (``_fw_new``) are added. A hash left by a row since
     deleted is still sound (that content passed), so the set is rewritten only when such hashes
@@ -510,17 +530,15 @@ def _store_baseline(con: duckdb.DuckDBPyConnection, table: str, fingerprint: str
     baseline's row is deleted first and inserted last, so an interruption anywhere leaves no
     baseline (the next validation looks at every row), never one that claims too much.
     """
-    if fingerprint is None and _baseline(con, table) is None:
+    if fingerprint is None and held is None:
         return
     _ensure_baselines(con)
-    held = con.execute(f"select hashes from {BASELINES} where table_name = ?", [table]).fetchone()
     con.execute(f"delete from {BASELINES} where table_name = ?", [table])
     hashes = 0
     if add_only:
-        added = con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, r.h from _fw_rows r "
-                            f"semi join _fw_new n on r.rid = n.rid", [table]).fetchone()[0]
+        added = con.execute(f"insert into {VALIDATED_ROWS} select distinct ?, h from _fw_new", [table]).fetchone()[0]
         # _fw_new holds only hashes the baseline lacks: the count adds up (no scan of every hash)
-        hashes = (int(held[0]) + int(added) if held is not None and held[0] is not None else
+        hashes = (int(held.hashes) + int(added) if held is not None and held.hashes is not None else
                   int(con.execute(f"select count(*) from {VALIDATED_ROWS} where table_name = ?",
                                   [table]).fetchone()[0]))
     if not add_only or hashes > 2 * rows + 1000:
@@ -619,27 +637,26 @@ def _scoped(check: Check) -> bool:
         and check.max_value is not None
 
 
-def _note_clean(con: duckdb.DuckDBPyConnection, table: str, check: Check, columns: dict[str, str],
-                result: CheckResult, run_id: str) -> None:
-    """Record that ``check`` found nothing unexpected in this validation (or forget that it did)."""
-    if not _scoped(check):
-        return
-    key = _check_key(check, columns)
-    clean = result.status == "passed" and not result.unexpected_count
-    if not clean and not _is_table(con, CLEAN_CHECKS):
+def _note_clean(con: duckdb.DuckDBPyConnection, table: str, results: list[tuple[Check, CheckResult]],
+                columns: dict[str, str], run_id: str) -> None:
+    """Record which of the table-level ``results`` found nothing unexpected in this validation
+    (and forget the others): one delete and one insert for the table's checks."""
+    keys = {_check_key(check, columns): result.status == "passed" and not result.unexpected_count
+            for check, result in results if _scoped(check)}
+    if not keys or (not any(keys.values()) and not _is_table(con, CLEAN_CHECKS)):
         return
     ensure_table(con, CLEAN_CHECKS, "table_name varchar not null, check_key varchar not null, run_id varchar not null")
-    con.execute(f"delete from {CLEAN_CHECKS} where table_name = ? and check_key = ?", [table, key])
+    con.execute(f"delete from {CLEAN_CHECKS} where table_name = ? and check_key in (select unnest(?::varchar[]))",
+                [table, list(keys)])
+    clean = [key for key, ok in keys.items() if ok]
     if clean:
-        con.execute(f"insert into {CLEAN_CHECKS} values (?, ?, ?)", [table, key, run_id])
+        con.execute(f"insert into {CLEAN_CHECKS} select ?, unnest(?::varchar[]), ?", [table, clean, run_id])
 
 
 def _baseline_run(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
     """The run whose clean validation the table's row baseline is (None without one)."""
-    if not _is_table(con, BASELINES):
-        return None
-    row = con.execute(f"select run_id from {BASELINES} where table_name = ?", [table]).fetchone()
-    return row[0] if row else None
+    baseline = _baseline(con, table)
+    return None if baseline is None else baseline.run_id
 
 
 def _scoped_table_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, check: Check,
@@ -1140,8 +1157,9 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
                 checks: list[Check] | None = None, scope: str | None = None) -> DropReport:
     """Delete the rows of ``table`` that fail its ``drop`` checks and record each in ``ingest.excluded``.
 
-    One transaction: the deletes and the ledger rows of this (run, table) replace any earlier
-    ones of the same run (a re-materialised asset never double-counts). A check whose offenders
+    One statement counts each check's offenders (and this run's ledger rows for the table);
+    when there are any, one transaction deletes the rows and writes their ledger rows, which
+    replace any earlier ones of the same run (a re-materialised asset never double-counts). A check whose offenders
     are more than ``1 - mostly`` of the rows (and more than one row: one odd record never stops a
     run) is systemic: its rows are kept, so its GX result fails and names it.
 
@@ -1157,10 +1175,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
         return DropReport(table, run_id, 0)
     drops = [c for c in drops if all(n in columns for n in c.required_columns)]
     quoted = _quote_table(table)
-    candidates = int(con.execute(f"select count(*) from {quoted}").fetchone()[0])
-    report = DropReport(table, run_id, candidates)
     if not drops:  # most tables: nothing can be dropped, so no ledger rows and no transaction
-        return report
+        return DropReport(table, run_id, int(con.execute(f"select count(*) from {quoted}").fetchone()[0]))
     ensure_excluded_table(con)
     for statement in MACROS:
         con.execute(statement)
@@ -1181,12 +1197,21 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
             # the scope inside: only its rows are computed (a rowid range is skipped to)
             f"from {quoted} as base{f' where {scope}' if scope else ''}) base where {predicate}")))
-    with transaction(con):
+    # One statement first: the rows, this run's earlier ledger rows for the table (a step run
+    # again) and each check's offenders. Usually all are none: no transaction, nothing written.
+    found = con.execute(
+        f"select (select count(*) from {quoted}), (select count(*) from ingest.excluded where run_id = $run "
+        f"and table_name = $table){''.join(f', (select count(*) from ({sql}))' for _, sql in selects)}",
+        {"run": run_id, "table": table}).fetchone()
+    report = DropReport(table, run_id, int(found[0]))
+    candidates = report.candidates
+    if not any(found[1:]):
+        return report
+    with transaction(con):  # the connection's only writer: the counts still hold
         con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])
         con.execute("create or replace temp table _fw_drop (__rid bigint, __order int, expectation varchar, "
                     "detail varchar, __key varchar, __path varchar, __line bigint)")
-        for check, sql in selects:
-            offending = int(con.execute(f"select count(*) from ({sql})").fetchone()[0])
+        for (check, sql), offending in zip(selects, found[2:]):
             if not offending:
                 continue
             if offending > 1 and offending > (1 - check.mostly) * candidates:

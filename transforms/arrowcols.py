@@ -47,6 +47,18 @@ def strings(values: Sequence[str | None], kind: pa.DataType = pa.string()) -> pa
     return _variable([None if v is None else v.encode("utf-8") for v in values], kind)
 
 
+def repeated(value: str, n: int, kind: pa.DataType = pa.string()) -> pa.Array:
+    """``value`` ``n`` times (string or large_string), one copy of its bytes per row.
+    ``pa.repeat`` and a dictionary's ``cast`` import pyarrow.compute (~25 ms a process)."""
+    data = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int64) * len(data)
+    if kind == pa.string():
+        if offsets[-1] > np.iinfo(np.int32).max:
+            raise OverflowError(f"arrowcols: {offsets[-1]:,} bytes do not fit a {kind} array; use its large type")
+        offsets = offsets.astype(np.int32)
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+
+
 def binaries(values: Sequence[bytes | None], kind: pa.DataType = pa.binary()) -> pa.Array:
     """binary or large_binary (DuckDB BLOB), None for null."""
     return _variable(values, kind)

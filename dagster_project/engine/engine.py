@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 
 from dagster_project.engine import bronze as bronze_mod
@@ -342,9 +341,7 @@ class Ingestor:
             parts = []
             for i, t in tables:
                 if t.num_rows:
-                    ids = pa.DictionaryArray.from_arrays(
-                        arrowcols.ints(np.zeros(t.num_rows, dtype=np.int32), pa.int32()), arrowcols.strings([str(i)]))
-                    parts.append(t.append_column("path", ids.cast(pa.string())))
+                    parts.append(t.append_column("path", arrowcols.repeated(str(i), t.num_rows)))
             if not parts:
                 return
             lines = pa.concat_tables(parts)

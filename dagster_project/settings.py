@@ -86,6 +86,9 @@ class Settings:
     session_retention_days: int = 180
     keep_snapshots: int = 5  # published snapshots kept readable (time travel)
     allow_empty: bool = False  # publish an empty dataset over a non-empty one
+    # a line file whose size, mtime, inode and settled ctime are the recorded ones is not read
+    # (off: its last 64 KiB are read and hashed, for mounts whose ctime does not follow writes)
+    trust_ctime: bool = True
 
     @property
     def run_date(self) -> date:
@@ -164,6 +167,7 @@ class Settings:
             keep_snapshots=parse("FLYWHEEL_KEEP_SNAPSHOTS", 5, int, "5", check=lambda v: v > 0,
                                  rule="a positive number of snapshots"),
             allow_empty=parse("FLYWHEEL_ALLOW_EMPTY", False, _flag, "1", rule="1/true/yes or 0/false/no"),
+            trust_ctime=parse("FLYWHEEL_TRUST_CTIME", True, _flag, "0", rule="1/true/yes or 0/false/no"),
         )
         if problems:
             raise SettingsError(problems)

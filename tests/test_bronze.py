@@ -215,6 +215,26 @@ def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_i
     assert reports["interactions"].files[0].event == "rewritten" and reads == [st.st_size]
 
 
+def test_without_trusting_ctime_an_untouched_file_has_its_last_block_read(settings, monkeypatch):
+    """FLYWHEEL_TRUST_CTIME=0 (a mount whose ctime does not follow writes): an untouched file
+    still has its last 64 KiB read and hashed, so a same-size rewrite with its mtime put back is
+    found however the mount reports the ctime."""
+    from dataclasses import replace
+
+    from dagster_project.engine import readers
+
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)
+    settings = replace(settings, trust_ctime=False)
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    reads = []
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a[1]) or pread(*a))
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "unchanged" and reads == [path.stat().st_size]
+
+
 def test_a_session_store_whose_ctime_alone_moved_is_not_read_again(settings, monkeypatch):
     """Only the line reader keeps a ctime: a SQLite store linked or chmodded (its ctime moved,
     nothing else) still matches its recorded signature, and is not scanned again."""

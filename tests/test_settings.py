@@ -21,6 +21,7 @@ from dagster_project.settings import Settings, SettingsError, parse_size
     ("FLYWHEEL_SEAL_AFTER", "1day"),
     ("FLYWHEEL_DPO_MAX_PAIRS", "-1"),
     ("FLYWHEEL_SESSION_RETENTION_DAYS", "half a year"),
+    ("FLYWHEEL_TRUST_CTIME", "sometimes"),
 ])
 def test_each_bad_value_is_one_line_naming_variable_value_and_example(name, value):
     with pytest.raises(SettingsError) as raised:
@@ -47,6 +48,8 @@ def test_good_values_and_sizes():
     assert [parse_size(t) for t in ("16777216", "16MiB", "16 mb", "512k", "1G")] == [
         16777216, 16777216, 16777216, 512 * 1024, 1024**3]
     assert Settings.from_env({}).max_line_bytes == 16 * 1024**2
+    assert (Settings.from_env({}).trust_ctime, Settings.from_env({"FLYWHEEL_TRUST_CTIME": "0"}).trust_ctime,
+            Settings.from_env({"FLYWHEEL_TRUST_CTIME": "yes"}).trust_ctime) == (True, False, True)
 
 
 def test_defaults_resolve_from_the_project_inside_the_checkout_and_env_paths_from_cwd(tmp_path):

@@ -60,11 +60,13 @@ def unchanged(view: FileView) -> bool:
     run: one whose size, mtime, inode and settled ctime are the recorded ones is not read at
     all (a write or a utime moves the ctime, and nothing sets it back); else one small read of
     its last consumed block, instead of mapping the file. Reading that block of each of the
-    1M bench lake's 3,932 interaction files cost a no-op run 0.26 s (250 MB hashed)."""
+    1M bench lake's 3,932 interaction files cost a no-op run 0.26 s (250 MB hashed).
+    ``FLYWHEEL_TRUST_CTIME=0`` always reads that block (a mount whose ctime does not follow
+    writes: sshfs reports the mtime)."""
     if not _live(view.known):
         return False
     known = view.known
-    if known.get("ctime_ns") is not None:
+    if view.settings.trust_ctime and known.get("ctime_ns") is not None:
         sig = stat_signature(view.real, ctime=True)
         if all(known[k] == sig[k] for k in ("size", "mtime_ns", "ino", "ctime_ns")):
             return _nothing_due(view, known)

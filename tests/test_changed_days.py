@@ -161,6 +161,59 @@ def test_replan_refuses_what_it_cannot_tell(tmp_path):
 
 
 
+def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(tmp_path):
+    """A day-cut table keeps day files from the month before its latest event on, one file per
+    month before; a change on a grouped month or a recent day replans to the files hashing every
+    row gives; a latest event in a new month is another cut (every row hashed)."""
+    from dagster_project.publishing.parquet import (Dataset, commit_objects, compaction_cutoff, partition_of,
+                                                    write_objects)
+
+    assert [compaction_cutoff(d) for d in ("2026-04-30", "2026-01-01", "0001-01-05", "12345-06-07", None)] == [
+        "2026-03-01", "2025-12-01", None, None, None]
+    assert [partition_of(d, "%Y-%m-%d", "2026-04-30") for d in ("2026-02-28", "2026-03-01", "undated")] == [
+        "2026-02", "2026-03-01", "undated"]
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("set TimeZone = 'UTC'")
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    con.execute("create schema s")
+    con.execute("create table s.t as select i, timestamp '2026-01-01' + to_hours(i % (24 * 120)) as timestamp "
+                "from range(6000) r(i)")  # Jan 1 to Apr 30, over 5,000 rows: cut by day
+    d = Dataset("s.t", "internal/s.t", "internal", "select * from s.t", ("i",))
+
+    def published(planned) -> dict:  # its files written, the manifest entry they make
+        pending = {}
+        write_objects(con, planned, objects, {}, pending)
+        commit_objects(pending, objects)
+        return {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql,
+                "content_hash": planned.content_hash,
+                "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
+                          for p in planned.parts]}
+
+    planned = plan(con, d, objects)
+    entry = published(planned)
+    names = [p.name for p in planned.parts]
+    assert names[:2] == ["part-2026-01.parquet", "part-2026-02.parquet"] and len(names) == 2 + 31 + 30
+    assert names[2] == "part-2026-03-01.parquet" and names[-1] == "part-2026-04-30.parquet"
+    con.execute("update s.t set timestamp = timestamp '2026-04-02 08:00' where i = 5")  # Jan 1 -> Apr 2
+    con.execute("insert into s.t values (7000, timestamp '2026-02-14 09:00')")
+    got = replan(con, d, objects, entry, {"2026-01-01", "2026-04-02", "2026-02-14"})
+    assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in plan(con, d, objects).parts]
+    assert sum(not p.reused for p in got.parts) == 3  # January, February and April 2 only
+    # a latest event in May: March's days become one file, hashed with the changed days only
+    con.execute("insert into s.t values (7001, timestamp '2026-05-01 00:00')")
+    got = replan(con, d, objects, entry, {"2026-01-01", "2026-04-02", "2026-02-14", "2026-05-01"})
+    whole = plan(con, d, objects)
+    assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in whole.parts]
+    assert [p.name for p in whole.parts][:4] == [
+        "part-2026-01.parquet", "part-2026-02.parquet", "part-2026-03.parquet", "part-2026-04-01.parquet"]
+    # an earlier latest event (its rows deleted) splits a month again: every row hashed
+    entry = published(got)
+    assert replan(con, d, objects, entry, {"2026-04-30"}) is not None
+    con.execute("delete from s.t where i = 7001")
+    assert replan(con, d, objects, entry, {"2026-05-01"}) is None
+
+
 def table_state(settings, table: str) -> tuple[str, str, str]:
     """(version, input key, the run whose validation its check reports) of ``table``."""
     con = duckdb.connect(str(settings.state_db), read_only=True)

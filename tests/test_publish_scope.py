@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from dagster_project.engine import ensure_schema
 from dagster_project.publishing import PublishError, publish_snapshot, verify_snapshot
-from dagster_project.publishing.parquet import Dataset, Plan, partition_sql, rows_of
+from dagster_project.publishing.parquet import (DAY_GRAIN_ROWS, Dataset, Plan, extent, partition_of,
+                                                partition_sql, rows_of)
+from transforms.partitions import DAY, time_sql
 from dagster_project.publishing.snapshot import RUN_LOG
 from transforms.classify import q
 
@@ -26,12 +28,18 @@ TYPES = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "DATE", "TIMESTAMP_NS")
 ZONES = ("UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Kathmandu")
 
 
-def planned(con: duckdb.DuckDBPyConnection, table: str, kind: str = "analytics") -> Plan:
+def planned(con: duckdb.DuckDBPyConnection, table: str, kind: str = "analytics", compacted: bool = False) -> Plan:
+    """The table's plan as the publisher cuts it (``compacted``: cut by day as a big table is,
+    its days before the month preceding its latest grouped by month)."""
     select = f"select * from {table}"
     columns = {n: str(t) for n, t, *_ in con.execute(f"describe {select}").fetchall()}
-    rows = con.execute(f"select count(*) from {table}").fetchone()[0]
     dataset = Dataset(table=table, path=table, kind=kind, select=select, order=())
-    return Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], partition_sql(dataset, columns, rows))
+    rows, latest = extent(con, dataset, columns)
+    if compacted:
+        rows = DAY_GRAIN_ROWS + 1
+    else:
+        latest = None
+    return Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], partition_sql(dataset, columns, rows, latest))
 
 
 def by_name(con, planned_: Plan, names: list[str]) -> int:
@@ -47,18 +55,22 @@ INSTANTS = st.one_of(st.none(), st.datetimes(min_value=datetime(2025, 12, 25), m
 
 
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(type_=st.sampled_from(TYPES), zone=st.sampled_from(ZONES), day_grain=st.booleans(),
+@given(type_=st.sampled_from(TYPES), zone=st.sampled_from(ZONES), grain=st.sampled_from(["month", "day", "compacted"]),
        instants=st.lists(INSTANTS, min_size=1, max_size=40), pick=st.randoms(use_true_random=False))
 def test_the_range_selects_exactly_the_partitions_rows_for_every_type_zone_grain_and_null(
-        type_, zone, day_grain, instants, pick):
+        type_, zone, grain, instants, pick):
     con = duckdb.connect()
     con.execute(f"set TimeZone = '{zone}'")
     con.execute(f"create table t (id integer, ts {type_})")
     con.executemany("insert into t values (?, ?)",
                     [[i, None if x is None else x.replace(tzinfo=timezone.utc)] for i, x in enumerate(instants)])
-    p = planned(con, "t")
-    if day_grain:  # the size rule picks the month for small tables: cut by day as a big one would be
+    p = planned(con, "t", compacted=grain == "compacted")
+    if grain == "day":  # the size rule picks the month for small tables: cut by day as a big one would be
         p.part_sql = p.part_sql.replace("%Y-%m'", "%Y-%m-%d'")
+    if grain == "compacted":  # every row's file is the one Python names for its day (replan relies on it)
+        latest = extent(con, p.dataset, {"id": "INTEGER", "ts": type_})[1]
+        for name, day in con.execute(f"select {p.part_sql}, {time_sql('ts', DAY)} from t").fetchall():
+            assert name == f"part-{partition_of(day, DAY, latest)}", (name, day, latest)
     names = [r[0] for r in con.execute(f"select distinct {p.part_sql} from t order by 1").fetchall()]
     chosen = [n for n in names if pick.random() < 0.5] or names[-1:]
     assert "strftime" in p.part_sql

@@ -3,7 +3,8 @@ is never written again.
 
 A table is cut into partitions by the day (month, for small tables) of its event time
 (``partition_sql``): a lake grows at the end of time, so a 1% append touches the newest day and
-leaves the others' rows, hashes and files alone. Each partition's rows are hashed in DuckDB
+leaves the others' rows, hashes and files alone. Days more than a month older than a table's
+latest are grouped by month, so the number of files grows by months, not days. Each partition's rows are hashed in DuckDB
 (row count and sums of DuckDB's 64-bit ``hash`` of every row: order-independent, no
 serialisation), and that digest — with the schema and sort order — names the
 object ``.objects/<key>.parquet``. An object that exists already is hard-linked into the new
@@ -111,18 +112,18 @@ def partition_inputs(dataset: Dataset, columns: dict[str, str]) -> list[str]:
     return ([col] if col else []) + (["split"] if dataset.kind == "training" and "split" in columns else [])
 
 
-def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
+def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int, latest: str | None = None) -> str:
     """The file name (without ``.parquet``) each row goes to.
 
     The event time's day for tables over ``DAY_GRAIN_ROWS`` rows (a day's append is a new
     file), its month for smaller ones (fewer tiny files; rewriting them costs little); one
-    partition without a time column.
+    partition without a time column. A day-cut table's days before the month preceding its
+    ``latest`` event day (``extent``) are grouped by month (``compaction_cutoff``): a lake that
+    grows for years keeps about two months of day files, not a file per day and split of its
+    history (900 days of 100,000 interactions were 17,858 files).
     """
     col = partition_column(columns)
-    if col:
-        when = time_sql(col, _grain(rows))
-    else:
-        when = "'all'"
+    when = "'all'" if col is None else when_sql(col, _grain(rows), latest)
     if "split" in partition_inputs(dataset, columns):
         # HF maps train-* to the train split and test-* to test (our eval split).
         return f"(case when split = 'eval' then 'test' else 'train' end) || '-' || {when}"
@@ -131,6 +132,48 @@ def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int) -> str:
 
 def _grain(rows: int) -> str:
     return DAY if rows > DAY_GRAIN_ROWS else MONTH
+
+
+def when_sql(column: str, fmt: str, latest: str | None) -> str:
+    """A row's partition day or month (``partition_sql`` without its prefix): by ``fmt``, and for
+    a day cut the month of the days before ``compaction_cutoff(latest)``. ``partition_of`` is
+    the same in Python."""
+    cutoff = compaction_cutoff(latest) if fmt == DAY else None
+    if cutoff is None:
+        return time_sql(column, fmt)
+    day = time_sql(column, DAY)
+    return f"(case when {day} < {lit(cutoff)} then left({day}, 7) else {day} end)"
+
+
+def compaction_cutoff(latest: str | None) -> str | None:
+    """The first day of the month before ``latest``'s (a table's latest event day): a day cut
+    groups the days before it by month. None (every day its own file) when ``latest`` is not a
+    plain ISO day (no rows, '-infinity', year 10000)."""
+    if not latest or not ISO_DAY.fullmatch(latest):
+        return None
+    year, month = int(latest[:4]), int(latest[5:7])
+    year, month = (year, month - 1) if month > 1 else (year - 1, 12)
+    return f"{year:04d}-{month:02d}-01" if year >= 1 else None
+
+
+def partition_of(day: str, fmt: str, latest: str | None) -> str:
+    """The partition (``when_sql``) of the rows of ``day`` (``transforms.partitions.time_sql``'s
+    day), for an ISO day or ``undated``."""
+    cutoff = compaction_cutoff(latest) if fmt == DAY else None
+    if day == UNDATED or (fmt == DAY and (cutoff is None or day >= cutoff)):
+        return day
+    return day[:7]
+
+
+def extent(con: duckdb.DuckDBPyConnection, dataset: Dataset, columns: dict[str, str]) -> tuple[int, str | None]:
+    """The dataset's rows and its latest event day (None without an event time or rows): what
+    ``partition_sql`` cuts by. The maximum costs nothing beside the count (column statistics)."""
+    col = partition_column(columns)
+    if col is None:
+        return con.execute(f"select count(*) from ({dataset.select})").fetchone()[0], None
+    total, latest = con.execute(f"select count(*), strftime(max({q(col)}), '%Y-%m-%d') "
+                                f"from ({dataset.select})").fetchone()
+    return total, latest
 
 
 def rows_of(planned: Plan, names: Iterable[str], named: str | None = None) -> str:
@@ -190,8 +233,8 @@ def _time_range(columns: dict[str, str], part_sql: str, whens: list[str]) -> str
 def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Plan:
     """Hash every partition of ``dataset``; mark those whose object exists as reused."""
     columns = _columns(con, dataset)
-    total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
-    part_sql = partition_sql(dataset, columns, total)
+    total, latest = extent(con, dataset, columns)
+    part_sql = partition_sql(dataset, columns, total, latest)
     result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql,
                   _hash_parts(con, dataset, columns, part_sql, objects))
     if not result.parts:  # an empty table still has a schema: one empty file
@@ -204,10 +247,12 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
            days: set[str]) -> Plan | None:
     """``plan`` from the manifest ``entry`` of an earlier version of the table and the event
     ``days`` it changed on since (``versions.changed_days``): only those days' rows are read and
-    hashed, every other file is the entry's (the same rows: nothing else changed). None when that
-    cannot be told: another schema, order or cut (a table crossing ``DAY_GRAIN_ROWS``), no event
-    time, an empty table, an object gone. A kept file keeps the object key it was published under
-    (after a DuckDB upgrade, new files are named by the new version's row hash: same rows)."""
+    hashed, every other file is the entry's (the same rows: nothing else changed). When the
+    latest event moved into a later month, the days that left the day files (``moved_cut``) are
+    hashed as their months' files too. None when that cannot be told: another schema, order or
+    cut (a table crossing ``DAY_GRAIN_ROWS``), no event time, an empty table, an object gone. A
+    kept file keeps the object key it was published under (after a DuckDB upgrade, new files are
+    named by the new version's row hash: same rows)."""
     written = reuse(dataset, entry, objects)  # the entry as the publisher wrote it (no erasure since)
     if written is None or any(p.rows == 0 for p in written.parts):
         return None
@@ -215,24 +260,50 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     col = partition_column(columns)
     if col is None or entry.get("columns") != [{"name": c, "type": t} for c, t in columns.items()]:
         return None
-    total = con.execute(f"select count(*) from ({dataset.select})").fetchone()[0]
-    part_sql = partition_sql(dataset, columns, total)
+    total, latest = extent(con, dataset, columns)
+    part_sql = partition_sql(dataset, columns, total, latest)
+    regrouped: tuple[str, str] = ("", "")  # the days [from, to) that go from day files to months'
     if part_sql != entry.get("partition_sql"):
-        return None
+        moved = moved_cut(entry.get("partition_sql") or "", part_sql, latest)
+        if moved is None:  # another cut: a table crossing the size, an earlier latest event
+            return None
+        regrouped = moved
     fmt = _grain(total)
-    if fmt == MONTH and any(d != UNDATED and not ISO_DAY.fullmatch(d) for d in days):
+    months = fmt == MONTH or compaction_cutoff(latest) is not None
+    if months and any(d != UNDATED and not ISO_DAY.fullmatch(d) for d in days):
         return None  # '-infinity', year 10000 or BC: its month is not the day's first 7 characters
-    names = sorted({d if d == UNDATED or fmt == DAY else d[:7] for d in days})
+    names = sorted({partition_of(d, fmt, latest) for d in days} | set(_months(*regrouped)))
 
     def when(name: str) -> str:  # "train-2026-02-03.parquet" -> "2026-02-03"
         return name[:-len(".parquet")].split("-", 1)[1]
 
-    kept = [p for p in written.parts if when(p.name) not in names]
+    kept = [p for p in written.parts if when(p.name) not in names
+            and not (ISO_DAY.fullmatch(when(p.name)) and regrouped[0] <= when(p.name) < regrouped[1])]
     near = _time_range(columns, part_sql, names)  # zone maps skip the other days' row groups
-    where = f"{time_sql(col, fmt)} in ({', '.join(lit(n) for n in names)})" + (f" and {near}" if near else "")
+    where = f"{when_sql(col, fmt, latest)} in ({', '.join(lit(n) for n in names)})" + (f" and {near}" if near else "")
     fresh = _hash_parts(con, dataset, columns, part_sql, objects, where=where) if names else []
     parts = sorted(kept + fresh, key=lambda p: p.stem)  # as plan orders __part
     return Plan(dataset, entry["columns"], part_sql, parts) if parts else None
+
+
+def moved_cut(before: str, now: str, latest: str | None) -> tuple[str, str] | None:
+    """(the earlier, the current) ``compaction_cutoff`` when the cut ``before`` is ``now`` with an
+    earlier cutoff (the latest event moved into a later month), else None."""
+    cutoff = compaction_cutoff(latest)
+    found = re.search(r"< '(\d{4}-\d{2}-01)' then left\(", before)
+    if cutoff is None or found is None or not found[1] < cutoff or before != now.replace(lit(cutoff), lit(found[1])):
+        return None
+    return found[1], cutoff
+
+
+def _months(start: str, end: str) -> list[str]:
+    """The months ``YYYY-MM`` from the one of day ``start`` up to the one of day ``end``, excluded."""
+    months, day = [], start
+    while day and day < end:
+        months.append(day[:7])
+        year, month = int(day[:4]), int(day[5:7])
+        day = f"{year + month // 12:04d}-{month % 12 + 1:02d}-01"
+    return months
 
 
 def _columns(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> dict[str, str]:

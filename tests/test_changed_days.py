@@ -165,12 +165,15 @@ def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(
     """A day-cut table keeps day files from the month before its latest event on, one file per
     month before; a change on a grouped month or a recent day replans to the files hashing every
     row gives; a latest event in a new month is another cut (every row hashed)."""
-    from dagster_project.publishing.parquet import (Dataset, commit_objects, compaction_cutoff, partition_of,
-                                                    write_objects)
+    from dagster_project.publishing import parquet
+    from dagster_project.publishing.parquet import (Dataset, commit_objects, compaction_cutoff, grouping,
+                                                    partition_of, write_objects)
 
     assert [compaction_cutoff(d) for d in ("2026-04-30", "2026-01-01", "0001-01-05", "12345-06-07", None)] == [
         "2026-03-01", "2025-12-01", None, None, None]
-    assert [partition_of(d, "%Y-%m-%d", "2026-04-30") for d in ("2026-02-28", "2026-03-01", "undated")] == [
+    assert grouping({"2026-01": 10, "2026-02": 10, "2026-03": 10, "2025-12": parquet.MONTH_FILE_ROWS + 1},
+                    "2026-04-30") == {"2026-01", "2026-02"}  # not March (recent), not a busy month
+    assert [partition_of(d, "%Y-%m-%d", {"2026-02"}) for d in ("2026-02-28", "2026-03-01", "undated")] == [
         "2026-02", "2026-03-01", "undated"]
     con = duckdb.connect(str(tmp_path / "state.duckdb"))
     con.execute("set TimeZone = 'UTC'")
@@ -212,6 +215,40 @@ def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(
     assert replan(con, d, objects, entry, {"2026-04-30"}) is not None
     con.execute("delete from s.t where i = 7001")
     assert replan(con, d, objects, entry, {"2026-05-01"}) is None
+
+
+def test_a_busy_month_stays_cut_by_day_and_a_month_crossing_the_limit_changes_form(tmp_path, monkeypatch):
+    """A month over MONTH_FILE_ROWS keeps its day files (one big file costs its sort's memory);
+    a change that takes a month across the limit rewrites it in its other form, as hashing every
+    row would."""
+    from dagster_project.publishing import parquet
+    from dagster_project.publishing.parquet import Dataset, commit_objects, write_objects
+
+    monkeypatch.setattr(parquet, "MONTH_FILE_ROWS", 1500)
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("set TimeZone = 'UTC'")
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    con.execute("create schema s")
+    con.execute("create table s.t as select i, timestamp '2026-01-01' + to_hours(i % (24 * 120)) as timestamp "
+                "from range(6000) r(i)")  # January 1,728 rows, February 1,344
+    d = Dataset("s.t", "internal/s.t", "internal", "select * from s.t", ("i",))
+    planned, pending = plan(con, d, objects), {}
+    write_objects(con, planned, objects, {}, pending)
+    commit_objects(pending, objects)
+    names = [p.name for p in planned.parts]
+    assert "part-2026-01-31.parquet" in names and "part-2026-02.parquet" in names
+    entry = {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql,
+             "content_hash": planned.content_hash,
+             "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
+                       for p in planned.parts]}
+    con.execute("delete from s.t where timestamp < timestamp '2026-01-05'")  # January: 1,440 rows
+    con.execute("insert into s.t select 9000 + i, timestamp '2026-02-10 12:00' from range(200) r(i)")  # 1,544
+    got = replan(con, d, objects, entry, {"2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04", "2026-02-10"})
+    whole = plan(con, d, objects)
+    assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in whole.parts]
+    names = [p.name for p in whole.parts]
+    assert names[0] == "part-2026-01.parquet" and "part-2026-02-10.parquet" in names
 
 
 def table_state(settings, table: str) -> tuple[str, str, str]:

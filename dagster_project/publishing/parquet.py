@@ -3,8 +3,8 @@ is never written again.
 
 A table is cut into partitions by the day (month, for small tables) of its event time
 (``partition_sql``): a lake grows at the end of time, so a 1% append touches the newest day and
-leaves the others' rows, hashes and files alone. Days more than a month older than a table's
-latest are grouped by month, so the number of files grows by months, not days. Each partition's rows are hashed in DuckDB
+leaves the others' rows, hashes and files alone. An old month of at most ``MONTH_FILE_ROWS``
+rows is one file (``grouping``), so a small table's files grow by months, not days. Each partition's rows are hashed in DuckDB
 (row count and sums of DuckDB's 64-bit ``hash`` of every row: order-independent, no
 serialisation), and that digest — with the schema and sort order — names the
 object ``.objects/<key>.parquet``. An object that exists already is hard-linked into the new
@@ -43,10 +43,13 @@ from transforms.sqlfiles import lit
 FORMAT = "flywheel-parquet/2"
 ROW_GROUP_ROWS = 100_000
 DAY_GRAIN_ROWS = 5_000
+# A day-cut table's old month is one file when it holds at most this many rows (``grouping``).
+MONTH_FILE_ROWS = 50_000
 # Fewer rows to write are sorted by every column: telling that no key repeats (a statement,
 # ~2 ms) costs more than it saves (a day's 10,000 interactions: 34 ms to write either way).
 KEY_SORT_ROWS = 100_000
 ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+ISO_MONTH = re.compile(r"\d{4}-\d{2}")
 # The range's bounds are cast in the session's zone, as strftime prints a TIMESTAMPTZ, so a day's
 # range holds its rows exactly; the slack keeps it a superset should the two ever disagree (the
 # partition name still decides), at the cost of a few more rows read.
@@ -112,18 +115,16 @@ def partition_inputs(dataset: Dataset, columns: dict[str, str]) -> list[str]:
     return ([col] if col else []) + (["split"] if dataset.kind == "training" and "split" in columns else [])
 
 
-def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int, latest: str | None = None) -> str:
+def partition_sql(dataset: Dataset, columns: dict[str, str], rows: int, grouped: Iterable[str] = ()) -> str:
     """The file name (without ``.parquet``) each row goes to.
 
     The event time's day for tables over ``DAY_GRAIN_ROWS`` rows (a day's append is a new
     file), its month for smaller ones (fewer tiny files; rewriting them costs little); one
-    partition without a time column. A day-cut table's days before the month preceding its
-    ``latest`` event day (``extent``) are grouped by month (``compaction_cutoff``): a lake that
-    grows for years keeps about two months of day files, not a file per day and split of its
-    history (900 days of 100,000 interactions were 17,858 files).
+    partition without a time column. A day-cut table's ``grouped`` months (``grouping``) are
+    one file each instead of one per day.
     """
     col = partition_column(columns)
-    when = "'all'" if col is None else when_sql(col, _grain(rows), latest)
+    when = "'all'" if col is None else when_sql(col, _grain(rows), grouped)
     if "split" in partition_inputs(dataset, columns):
         # HF maps train-* to the train split and test-* to test (our eval split).
         return f"(case when split = 'eval' then 'test' else 'train' end) || '-' || {when}"
@@ -134,21 +135,30 @@ def _grain(rows: int) -> str:
     return DAY if rows > DAY_GRAIN_ROWS else MONTH
 
 
-def when_sql(column: str, fmt: str, latest: str | None) -> str:
+def when_sql(column: str, fmt: str, grouped: Iterable[str] = ()) -> str:
     """A row's partition day or month (``partition_sql`` without its prefix): by ``fmt``, and for
-    a day cut the month of the days before ``compaction_cutoff(latest)``. ``partition_of`` is
-    the same in Python."""
-    cutoff = compaction_cutoff(latest) if fmt == DAY else None
-    if cutoff is None:
+    a day cut the month of a day in a ``grouped`` month. ``partition_of`` is the same in Python."""
+    grouped = sorted(grouped)
+    if fmt != DAY or not grouped:
         return time_sql(column, fmt)
     day = time_sql(column, DAY)
-    return f"(case when {day} < {lit(cutoff)} then left({day}, 7) else {day} end)"
+    return f"(case when left({day}, 7) in ({', '.join(lit(m) for m in grouped)}) then left({day}, 7) else {day} end)"
+
+
+def partition_of(day: str, fmt: str, grouped: Iterable[str] = ()) -> str:
+    """The partition (``when_sql``) of the rows of ``day`` (``transforms.partitions.time_sql``'s
+    day): for a month cut an ISO day's month."""
+    if day == UNDATED:
+        return day
+    if fmt == MONTH or day[:7] in set(grouped):
+        return day[:7]
+    return day
 
 
 def compaction_cutoff(latest: str | None) -> str | None:
     """The first day of the month before ``latest``'s (a table's latest event day): a day cut
-    groups the days before it by month. None (every day its own file) when ``latest`` is not a
-    plain ISO day (no rows, '-infinity', year 10000)."""
+    may group the months before it (``grouping``). None when ``latest`` is not a plain ISO day
+    (no rows, '-infinity', year 10000)."""
     if not latest or not ISO_DAY.fullmatch(latest):
         return None
     year, month = int(latest[:4]), int(latest[5:7])
@@ -156,13 +166,27 @@ def compaction_cutoff(latest: str | None) -> str | None:
     return f"{year:04d}-{month:02d}-01" if year >= 1 else None
 
 
-def partition_of(day: str, fmt: str, latest: str | None) -> str:
-    """The partition (``when_sql``) of the rows of ``day`` (``transforms.partitions.time_sql``'s
-    day), for an ISO day or ``undated``."""
-    cutoff = compaction_cutoff(latest) if fmt == DAY else None
-    if day == UNDATED or (fmt == DAY and (cutoff is None or day >= cutoff)):
-        return day
-    return day[:7]
+def grouping(counts: dict[str, int], latest: str | None) -> set[str]:
+    """The months of a day-cut table whose days make one file: those before the month preceding
+    its ``latest`` event day that hold at most ``MONTH_FILE_ROWS`` rows (``counts``: rows per
+    month). A lake that grows for years then keeps about two months of day files, not a file per
+    day and split of its history (900 days of 100,000 interactions were 17,858 files), while a
+    busy month stays cut by day: one big file would cost its sort's memory when written."""
+    cutoff = compaction_cutoff(latest)
+    return {m for m, n in counts.items() if cutoff and m < cutoff[:7] and 0 < n <= MONTH_FILE_ROWS}
+
+
+def month_counts(con: duckdb.DuckDBPyConnection, dataset: Dataset, col: str, where: str = "") -> dict[str, int]:
+    """Rows per month ``YYYY-MM`` of the dataset's ISO event days (``where``: of these rows only).
+    Rows are counted per date first, so the days are printed once each, not once per row; the
+    cast to DATE is in the session's zone, as ``strftime`` prints a TIMESTAMPTZ."""
+    counts: dict[str, int] = {}
+    for day, n in con.execute(f"select strftime(d, '%Y-%m-%d'), n from (select {q(col)}::date as d, count(*) as n "
+                              f"from ({dataset.select}){f' where {where}' if where else ''} group by 1) "
+                              "where d is not null").fetchall():
+        if ISO_DAY.fullmatch(day):
+            counts[day[:7]] = counts.get(day[:7], 0) + int(n)
+    return counts
 
 
 def extent(con: duckdb.DuckDBPyConnection, dataset: Dataset, columns: dict[str, str]) -> tuple[int, str | None]:
@@ -234,7 +258,9 @@ def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Pla
     """Hash every partition of ``dataset``; mark those whose object exists as reused."""
     columns = _columns(con, dataset)
     total, latest = extent(con, dataset, columns)
-    part_sql = partition_sql(dataset, columns, total, latest)
+    col = partition_column(columns)
+    grouped = grouping(month_counts(con, dataset, col), latest) if col and _grain(total) == DAY else set()
+    part_sql = partition_sql(dataset, columns, total, grouped)
     result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql,
                   _hash_parts(con, dataset, columns, part_sql, objects))
     if not result.parts:  # an empty table still has a schema: one empty file
@@ -247,9 +273,9 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
            days: set[str]) -> Plan | None:
     """``plan`` from the manifest ``entry`` of an earlier version of the table and the event
     ``days`` it changed on since (``versions.changed_days``): only those days' rows are read and
-    hashed, every other file is the entry's (the same rows: nothing else changed). When the
-    latest event moved into a later month, the days that left the day files (``moved_cut``) are
-    hashed as their months' files too. None when that cannot be told: another schema, order or
+    hashed, every other file is the entry's (the same rows: nothing else changed). A month that
+    groups otherwise now (``grouping``: a change in it, or the latest event moved a month on) is
+    hashed again whole, in its new form. None when that cannot be told: another schema, order or
     cut (a table crossing ``DAY_GRAIN_ROWS``), no event time, an empty table, an object gone. A
     kept file keeps the object key it was published under (after a DuckDB upgrade, new files are
     named by the new version's row hash: same rows)."""
@@ -261,39 +287,46 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     if col is None or entry.get("columns") != [{"name": c, "type": t} for c, t in columns.items()]:
         return None
     total, latest = extent(con, dataset, columns)
-    part_sql = partition_sql(dataset, columns, total, latest)
-    regrouped: tuple[str, str] = ("", "")  # the days [from, to) that go from day files to months'
-    if part_sql != entry.get("partition_sql"):
-        moved = moved_cut(entry.get("partition_sql") or "", part_sql, latest)
-        if moved is None:  # another cut: a table crossing the size, an earlier latest event
-            return None
-        regrouped = moved
     fmt = _grain(total)
-    months = fmt == MONTH or compaction_cutoff(latest) is not None
-    if months and any(d != UNDATED and not ISO_DAY.fullmatch(d) for d in days):
-        return None  # '-infinity', year 10000 or BC: its month is not the day's first 7 characters
-    names = sorted({partition_of(d, fmt, latest) for d in days} | set(_months(*regrouped)))
 
     def when(name: str) -> str:  # "train-2026-02-03.parquet" -> "2026-02-03"
         return name[:-len(".parquet")].split("-", 1)[1]
 
-    kept = [p for p in written.parts if when(p.name) not in names
-            and not (ISO_DAY.fullmatch(when(p.name)) and regrouped[0] <= when(p.name) < regrouped[1])]
+    # the months the entry's files group: month-named files of a day cut
+    before = {when(p.name) for p in written.parts if ISO_MONTH.fullmatch(when(p.name))} if fmt == DAY else set()
+    if entry.get("partition_sql") != partition_sql(dataset, columns, total, before):
+        return None  # another cut: a table crossing DAY_GRAIN_ROWS
+    if fmt == MONTH and any(d != UNDATED and not ISO_DAY.fullmatch(d) for d in days):
+        return None  # '-infinity', year 10000 or BC: its month is not the day's first 7 characters
+    grouped = set(before)
+    if fmt == DAY:
+        # Only the months a change touched, or that the cutoff passed since (from the entry's
+        # latest day file), can group otherwise now: their rows are counted again.
+        cutoff = compaction_cutoff(latest)
+        if cutoff is None and before:
+            return None
+        days_before = [w for p in written.parts if ISO_DAY.fullmatch(w := when(p.name))]
+        passed = _months(compaction_cutoff(max(days_before)) or "", cutoff or "") if days_before else []
+        recount = {m for m in {d[:7] for d in days if ISO_DAY.fullmatch(d)} | set(passed)
+                   if cutoff and m < cutoff[:7]}
+        if any(m >= cutoff[:7] for m in before):  # the latest event moved back: months split again
+            return None
+        if recount:
+            near = _time_range(columns, time_sql(col, MONTH), sorted(recount))
+            counts = month_counts(con, dataset, col, near or "")
+            grouped = (grouped - recount) | grouping({m: counts.get(m, 0) for m in recount}, latest)
+    regrouped = before ^ grouped  # months whose files change form, day files <-> one month file
+    part_sql = partition_sql(dataset, columns, total, grouped)
+    names = sorted({partition_of(d, fmt, grouped) for d in days} | regrouped)
+    kept = [p for p in written.parts if when(p.name) not in names and when(p.name)[:7] not in regrouped]
     near = _time_range(columns, part_sql, names)  # zone maps skip the other days' row groups
-    where = f"{when_sql(col, fmt, latest)} in ({', '.join(lit(n) for n in names)})" + (f" and {near}" if near else "")
+    month = f"left({time_sql(col, DAY)}, 7)"
+    where = (f"({when_sql(col, fmt, grouped)} in ({', '.join(lit(n) for n in names)})"
+             + (f" or {month} in ({', '.join(lit(m) for m in sorted(regrouped))})" if regrouped else "") + ")"
+             + (f" and {near}" if near else ""))
     fresh = _hash_parts(con, dataset, columns, part_sql, objects, where=where) if names else []
     parts = sorted(kept + fresh, key=lambda p: p.stem)  # as plan orders __part
     return Plan(dataset, entry["columns"], part_sql, parts) if parts else None
-
-
-def moved_cut(before: str, now: str, latest: str | None) -> tuple[str, str] | None:
-    """(the earlier, the current) ``compaction_cutoff`` when the cut ``before`` is ``now`` with an
-    earlier cutoff (the latest event moved into a later month), else None."""
-    cutoff = compaction_cutoff(latest)
-    found = re.search(r"< '(\d{4}-\d{2}-01)' then left\(", before)
-    if cutoff is None or found is None or not found[1] < cutoff or before != now.replace(lit(cutoff), lit(found[1])):
-        return None
-    return found[1], cutoff
 
 
 def _months(start: str, end: str) -> list[str]:

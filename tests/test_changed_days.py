@@ -137,7 +137,7 @@ def test_replan_refuses_what_it_cannot_tell(tmp_path):
         planned, pending = plan(con, d, objects), {}
         write_objects(con, planned, objects, {}, pending)
         commit_objects(pending, objects)
-        return d, {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql,
+        return d, {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql, "partition_rule": planned.rule,
                    "content_hash": planned.content_hash,
                    "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
                              for p in planned.parts]}
@@ -148,6 +148,10 @@ def test_replan_refuses_what_it_cannot_tell(tmp_path):
     assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in plan(con, d, objects).parts]
     con.execute("insert into s.t select 6000 + i, timestamp '2026-03-01' from range(20) r(i)")  # over 5,000 rows
     assert replan(con, d, objects, entry, {"2026-03-01"}) is None  # cut by day now: not the entry's cut
+    d, entry = entry_of("s.t")
+    assert replan(con, d, objects, entry, {"2026-03-01"}) is not None
+    entry.pop("partition_rule")  # cut before months were grouped (or under another limit): hash every row
+    assert replan(con, d, objects, entry, {"2026-03-01"}) is None
     d, entry = entry_of("s.u")
     assert replan(con, d, objects, entry, set()) is None  # no event time: one file, always hashed
     # a day strftime does not print as YYYY-MM-DD has no month in its first 7 characters
@@ -188,7 +192,7 @@ def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(
         pending = {}
         write_objects(con, planned, objects, {}, pending)
         commit_objects(pending, objects)
-        return {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql,
+        return {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql, "partition_rule": planned.rule,
                 "content_hash": planned.content_hash,
                 "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
                           for p in planned.parts]}
@@ -238,7 +242,7 @@ def test_a_busy_month_stays_cut_by_day_and_a_month_crossing_the_limit_changes_fo
     commit_objects(pending, objects)
     names = [p.name for p in planned.parts]
     assert "part-2026-01-31.parquet" in names and "part-2026-02.parquet" in names
-    entry = {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql,
+    entry = {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql, "partition_rule": planned.rule,
              "content_hash": planned.content_hash,
              "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
                        for p in planned.parts]}

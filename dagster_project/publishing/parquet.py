@@ -99,6 +99,7 @@ class Plan:
     part_sql: str  # the partition expression this plan was cut by
     parts: list[Part] = field(default_factory=list)
     from_manifest: bool = False  # taken from the current manifest: the table was not read
+    rule: str | None = None  # the grouping rule it was cut under (``partition_rule``)
 
     @property
     def rows(self) -> int:
@@ -164,6 +165,12 @@ def compaction_cutoff(latest: str | None) -> str | None:
     year, month = int(latest[:4]), int(latest[5:7])
     year, month = (year, month - 1) if month > 1 else (year - 1, 12)
     return f"{year:04d}-{month:02d}-01" if year >= 1 else None
+
+
+def partition_rule() -> str:
+    """What decides which months are grouped, recorded with each manifest entry: an entry cut under
+    another rule (or before there was one) is not replanned, its table is hashed whole."""
+    return f"months-before-the-latest-but-one/at-most-{MONTH_FILE_ROWS}-rows"
 
 
 def grouping(counts: dict[str, int], latest: str | None) -> set[str]:
@@ -262,7 +269,7 @@ def plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path) -> Pla
     grouped = grouping(month_counts(con, dataset, col), latest) if col and _grain(total) == DAY else set()
     part_sql = partition_sql(dataset, columns, total, grouped)
     result = Plan(dataset, [{"name": c, "type": t} for c, t in columns.items()], part_sql,
-                  _hash_parts(con, dataset, columns, part_sql, objects))
+                  _hash_parts(con, dataset, columns, part_sql, objects), rule=partition_rule())
     if not result.parts:  # an empty table still has a schema: one empty file
         result.parts = _hash_parts(con, dataset, columns, part_sql, objects,
                                    empty="train-empty" if dataset.kind == "training" else "part-empty")
@@ -280,7 +287,7 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     kept file keeps the object key it was published under (after a DuckDB upgrade, new files are
     named by the new version's row hash: same rows)."""
     written = reuse(dataset, entry, objects)  # the entry as the publisher wrote it (no erasure since)
-    if written is None or any(p.rows == 0 for p in written.parts):
+    if written is None or any(p.rows == 0 for p in written.parts) or written.rule != partition_rule():
         return None
     columns = _columns(con, dataset)
     col = partition_column(columns)
@@ -326,7 +333,7 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
              + (f" and {near}" if near else ""))
     fresh = _hash_parts(con, dataset, columns, part_sql, objects, where=where) if names else []
     parts = sorted(kept + fresh, key=lambda p: p.stem)  # as plan orders __part
-    return Plan(dataset, entry["columns"], part_sql, parts) if parts else None
+    return Plan(dataset, entry["columns"], part_sql, parts, rule=partition_rule()) if parts else None
 
 
 def _months(start: str, end: str) -> list[str]:
@@ -381,7 +388,7 @@ def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:
         return None
     planned = Plan(dataset, entry["columns"], entry["partition_sql"], [
         Part(name=f["name"], rows=f["rows"], key=f["object"], reused=True, bytes=f["bytes"], sha256=f["sha256"])
-        for f in files], from_manifest=True)
+        for f in files], from_manifest=True, rule=entry.get("partition_rule"))
     return planned if planned.content_hash == entry.get("content_hash") else None
 
 

@@ -292,7 +292,7 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
             "table": p.dataset.table, "kind": p.dataset.kind, "rows": p.rows, "columns": p.columns,
             "content_hash": p.content_hash, "order_by": list(p.dataset.order),
             "input_version": inputs.get(path), "table_version": tables.get(p.dataset.table),
-            "partition_sql": p.part_sql,
+            "partition_sql": p.part_sql, "partition_rule": p.rule,
             "built_by_run": built.get(p.dataset.table, run_id),
             "excluded_rows": excluded.get(p.dataset.table, 0),
             "validation": validation["tables"].get(p.dataset.table, {"status": "not validated"}),
@@ -343,7 +343,7 @@ def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: d
     for path, planned in plans.items():
         entry = manifest["datasets"][path]
         now = {"input_version": inputs.get(path), "table_version": tables.get(planned.dataset.table),
-               "partition_sql": planned.part_sql,
+               "partition_sql": planned.part_sql, "partition_rule": planned.rule,
                "built_by_run": built.get(planned.dataset.table, entry.get("built_by_run"))}
         if inputs.get(path) and any(entry.get(k) != v for k, v in now.items()):
             entry.update(now)

@@ -190,13 +190,12 @@ def test_same_size_and_mtime_but_changed_bytes_is_reread(settings):
         ("Wse open().",)]
 
 
-def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_its_ctime(settings, monkeypatch):
-    """A file whose size, mtime, inode and settled ctime are the recorded ones is known unchanged
-    without reading a byte; rewriting it in place with its size and mtime restored moves the
-    ctime, so its last block is read again and the rewrite found."""
+def read_twice(settings, monkeypatch):
+    """A line file ingested, then ingested again untouched with every ``pread`` recorded (every
+    ctime counts as settled): (its path, the second run's reports, the connection, the sizes read)."""
     from dagster_project.engine import readers
 
-    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)  # every ctime settled at once
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)
     path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
                        [dumps(interaction(i)) for i in range(3)])
     con, _ = ingest(settings, "run-1", sources=["interactions"])
@@ -204,6 +203,14 @@ def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_i
     pread = os.pread
     monkeypatch.setattr(os, "pread", lambda *a: reads.append(a[1]) or pread(*a))
     con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    return path, reports, con, reads
+
+
+def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_its_ctime(settings, monkeypatch):
+    """A file whose size, mtime, inode and settled ctime are the recorded ones is known unchanged
+    without reading a byte; rewriting it in place with its size and mtime restored moves the
+    ctime, so its last block is read again and the rewrite found."""
+    path, reports, con, reads = read_twice(settings, monkeypatch)
     assert reports["interactions"].files[0].event == "unchanged" and reads == []
     st = path.stat()
     data = bytearray(path.read_bytes())
@@ -221,17 +228,7 @@ def test_without_trusting_ctime_an_untouched_file_has_its_last_block_read(settin
     found however the mount reports the ctime."""
     from dataclasses import replace
 
-    from dagster_project.engine import readers
-
-    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)
-    settings = replace(settings, trust_ctime=False)
-    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
-                       [dumps(interaction(i)) for i in range(3)])
-    con, _ = ingest(settings, "run-1", sources=["interactions"])
-    reads = []
-    pread = os.pread
-    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a[1]) or pread(*a))
-    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    path, reports, _, reads = read_twice(replace(settings, trust_ctime=False), monkeypatch)
     assert reports["interactions"].files[0].event == "unchanged" and reads == [path.stat().st_size]
 
 

@@ -119,28 +119,41 @@ def test_the_days_of_builds_in_between_add_up_and_a_build_that_did_not_say_break
     assert versions.changed_days(con, table, since=None) is None
 
 
-def test_replan_refuses_what_it_cannot_tell(tmp_path):
-    """Another cut (a table crossing the day-grain threshold) or no event time: hash every row."""
-    from dagster_project.publishing.parquet import Dataset, commit_objects, write_objects
-
+def publish_state(tmp_path):
+    """A state database with schema ``s`` (UTC) and an objects directory."""
     con = duckdb.connect(str(tmp_path / "state.duckdb"))
     con.execute("set TimeZone = 'UTC'")
     objects = tmp_path / "objects"
     objects.mkdir()
     con.execute("create schema s")
+    return con, objects
+
+
+def published(con, objects, planned) -> dict:
+    """Write ``planned``'s files; the manifest entry they make."""
+    from dagster_project.publishing.parquet import commit_objects, write_objects
+
+    pending = {}
+    write_objects(con, planned, objects, {}, pending)
+    commit_objects(pending, objects)
+    return {"order_by": list(planned.dataset.order), "columns": planned.columns, "partition_sql": planned.part_sql,
+            "partition_rule": planned.rule, "content_hash": planned.content_hash,
+            "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
+                      for p in planned.parts]}
+
+
+def test_replan_refuses_what_it_cannot_tell(tmp_path):
+    """Another cut (a table crossing the day-grain threshold) or no event time: hash every row."""
+    from dagster_project.publishing.parquet import Dataset
+
+    con, objects = publish_state(tmp_path)
     con.execute("create table s.t as select i, timestamp '2026-01-01' + to_days(i % 40) as timestamp "
                 "from range(4990) r(i)")
     con.execute("create table s.u as select i from range(10) r(i)")
 
     def entry_of(table: str) -> dict:
         d = Dataset(table, f"internal/{table}", "internal", f"select * from {table}", ("i",))
-        planned, pending = plan(con, d, objects), {}
-        write_objects(con, planned, objects, {}, pending)
-        commit_objects(pending, objects)
-        return d, {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql, "partition_rule": planned.rule,
-                   "content_hash": planned.content_hash,
-                   "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
-                             for p in planned.parts]}
+        return d, published(con, objects, plan(con, d, objects))
 
     d, entry = entry_of("s.t")
     con.execute("insert into s.t values (5000, timestamp '2026-01-03 12:00')")
@@ -170,8 +183,7 @@ def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(
     month before; a change on a grouped month or a recent day replans to the files hashing every
     row gives; a latest event in a new month is another cut (every row hashed)."""
     from dagster_project.publishing import parquet
-    from dagster_project.publishing.parquet import (Dataset, commit_objects, compaction_cutoff, grouping,
-                                                    partition_of, write_objects)
+    from dagster_project.publishing.parquet import Dataset, compaction_cutoff, grouping, partition_of
 
     assert [compaction_cutoff(d) for d in ("2026-04-30", "2026-01-01", "0001-01-05", "12345-06-07", None)] == [
         "2026-03-01", "2025-12-01", None, None, None]
@@ -179,26 +191,12 @@ def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(
                     "2026-04-30") == {"2026-01", "2026-02"}  # not March (recent), not a busy month
     assert [partition_of(d, "%Y-%m-%d", {"2026-02"}) for d in ("2026-02-28", "2026-03-01", "undated")] == [
         "2026-02", "2026-03-01", "undated"]
-    con = duckdb.connect(str(tmp_path / "state.duckdb"))
-    con.execute("set TimeZone = 'UTC'")
-    objects = tmp_path / "objects"
-    objects.mkdir()
-    con.execute("create schema s")
+    con, objects = publish_state(tmp_path)
     con.execute("create table s.t as select i, timestamp '2026-01-01' + to_hours(i % (24 * 120)) as timestamp "
                 "from range(6000) r(i)")  # Jan 1 to Apr 30, over 5,000 rows: cut by day
     d = Dataset("s.t", "internal/s.t", "internal", "select * from s.t", ("i",))
-
-    def published(planned) -> dict:  # its files written, the manifest entry they make
-        pending = {}
-        write_objects(con, planned, objects, {}, pending)
-        commit_objects(pending, objects)
-        return {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql, "partition_rule": planned.rule,
-                "content_hash": planned.content_hash,
-                "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
-                          for p in planned.parts]}
-
     planned = plan(con, d, objects)
-    entry = published(planned)
+    entry = published(con, objects, planned)
     names = [p.name for p in planned.parts]
     assert names[:2] == ["part-2026-01.parquet", "part-2026-02.parquet"] and len(names) == 2 + 31 + 30
     assert names[2] == "part-2026-03-01.parquet" and names[-1] == "part-2026-04-30.parquet"
@@ -215,7 +213,7 @@ def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(
     assert [p.name for p in whole.parts][:4] == [
         "part-2026-01.parquet", "part-2026-02.parquet", "part-2026-03.parquet", "part-2026-04-01.parquet"]
     # an earlier latest event (its rows deleted) splits a month again: every row hashed
-    entry = published(got)
+    entry = published(con, objects, got)
     assert replan(con, d, objects, entry, {"2026-04-30"}) is not None
     con.execute("delete from s.t where i = 7001")
     assert replan(con, d, objects, entry, {"2026-05-01"}) is None
@@ -226,26 +224,17 @@ def test_a_busy_month_stays_cut_by_day_and_a_month_crossing_the_limit_changes_fo
     a change that takes a month across the limit rewrites it in its other form, as hashing every
     row would."""
     from dagster_project.publishing import parquet
-    from dagster_project.publishing.parquet import Dataset, commit_objects, write_objects
+    from dagster_project.publishing.parquet import Dataset
 
     monkeypatch.setattr(parquet, "MONTH_FILE_ROWS", 1500)
-    con = duckdb.connect(str(tmp_path / "state.duckdb"))
-    con.execute("set TimeZone = 'UTC'")
-    objects = tmp_path / "objects"
-    objects.mkdir()
-    con.execute("create schema s")
+    con, objects = publish_state(tmp_path)
     con.execute("create table s.t as select i, timestamp '2026-01-01' + to_hours(i % (24 * 120)) as timestamp "
                 "from range(6000) r(i)")  # January 1,728 rows, February 1,344
     d = Dataset("s.t", "internal/s.t", "internal", "select * from s.t", ("i",))
-    planned, pending = plan(con, d, objects), {}
-    write_objects(con, planned, objects, {}, pending)
-    commit_objects(pending, objects)
+    planned = plan(con, d, objects)
+    entry = published(con, objects, planned)
     names = [p.name for p in planned.parts]
     assert "part-2026-01-31.parquet" in names and "part-2026-02.parquet" in names
-    entry = {"order_by": ["i"], "columns": planned.columns, "partition_sql": planned.part_sql, "partition_rule": planned.rule,
-             "content_hash": planned.content_hash,
-             "files": [{"name": p.name, "rows": p.rows, "object": p.key, "bytes": p.bytes, "sha256": p.sha256}
-                       for p in planned.parts]}
     con.execute("delete from s.t where timestamp < timestamp '2026-01-05'")  # January: 1,440 rows
     con.execute("insert into s.t select 9000 + i, timestamp '2026-02-10 12:00' from range(200) r(i)")  # 1,544
     got = replan(con, d, objects, entry, {"2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04", "2026-02-10"})

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from conftest import dumps, interaction, write_lines
 from dagster_project import versions
@@ -212,6 +215,12 @@ def test_old_days_are_grouped_by_month_and_replanned_as_hashing_every_row_would(
     assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in whole.parts]
     assert [p.name for p in whole.parts][:4] == [
         "part-2026-01.parquet", "part-2026-02.parquet", "part-2026-03.parquet", "part-2026-04-01.parquet"]
+    # a latest event the cut cannot order ('infinity'): the entry's cutoff is unknown, every row hashed
+    con.execute("insert into s.t values (99999, 'infinity'::timestamp)")
+    infinite = published(con, objects, plan(con, d, objects))
+    assert not any(p.name.startswith("part-2026-03.") for p in plan(con, d, objects).parts)  # no cutoff
+    con.execute("delete from s.t where i = 99999")
+    assert replan(con, d, objects, infinite, {"infinity"}) is None
     # an earlier latest event (its rows deleted) splits a month again: every row hashed
     entry = published(con, objects, got)
     assert replan(con, d, objects, entry, {"2026-04-30"}) is not None
@@ -242,6 +251,81 @@ def test_a_busy_month_stays_cut_by_day_and_a_month_crossing_the_limit_changes_fo
     assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in whole.parts]
     names = [p.name for p in whole.parts]
     assert names[0] == "part-2026-01.parquet" and "part-2026-02-10.parquet" in names
+
+
+SPECIAL_TIMES = (None, "infinity", "-infinity", "10000-01-02 00:00", "0001-01-03 (BC)")
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["TIMESTAMP", "TIMESTAMPTZ", "DATE"]),
+       zone=st.sampled_from(["UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago"]),
+       training=st.booleans(), special=st.booleans(), rnd=st.randoms(use_true_random=False))
+def test_a_replan_is_the_whole_plan_through_any_history(kind, zone, training, special, rnd):
+    """Through inserts, deletes, moved rows, a latest event jumping months ahead or deleted, NULL
+    and unorderable times ('infinity', year 10000, BC), splits and zones, with small limits (a
+    day cut over 20 rows, months of at most 12 grouped): a replan from the days that changed
+    is None or exactly the files hashing every row gives (the review's fuzz, kept as a test)."""
+    import datetime as dt
+    import tempfile
+
+    from dagster_project.publishing import parquet
+    from dagster_project.publishing.parquet import Dataset
+    from transforms.partitions import time_sql
+
+    with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as tmp:
+        patch.setattr(parquet, "DAY_GRAIN_ROWS", 20)
+        patch.setattr(parquet, "MONTH_FILE_ROWS", 12)
+        objects = Path(tmp) / "objects"
+        objects.mkdir()
+        con = duckdb.connect()
+        con.execute(f"set TimeZone = '{zone}'")
+        con.execute("create schema s")
+        con.execute(f"create table s.t (i int, timestamp {kind}, split varchar)")
+        ids = [0]
+
+        def at():
+            if special and rnd.random() < 0.08:
+                return rnd.choice(SPECIAL_TIMES)
+            start = dt.datetime(2025, rnd.choice([1, 6, 9]), 1)
+            return (start + dt.timedelta(hours=rnd.randrange(24 * rnd.choice([60, 150, 300])))).isoformat(sep=" ")
+
+        def insert(n, when=None):
+            for _ in range(n):
+                ids[0] += 1
+                con.execute(f"insert into s.t values (?, ?::{kind}, ?)",
+                            [ids[0], when or at(), rnd.choice(["train", "eval"])])
+
+        def days_of(where):
+            return {r[0] for r in con.execute(f"select distinct {time_sql('timestamp', alias='base')} "
+                                              f"from s.t base where {where}").fetchall()}
+
+        insert(rnd.randrange(25, 90))
+        d = Dataset("s.t", "x/t", "training" if training else "internal", "select * from s.t", ("i",))
+        entry = published(con, objects, plan(con, d, objects))
+        for _ in range(5):
+            op = rnd.choice(["insert", "delete", "move", "jump", "delete latest"])
+            first = ids[0]
+            if op in ("insert", "jump"):
+                if op == "jump":
+                    insert(1, (dt.datetime(2026, 1, 1) + dt.timedelta(days=rnd.randrange(400))).isoformat(sep=" "))
+                insert(rnd.randrange(1, 15))
+                days = days_of(f"i > {first}")
+            elif op in ("delete", "delete latest"):
+                chosen = (f"random() < {rnd.choice([0.05, 0.3])}" if op == "delete" else
+                          "timestamp >= (select max(timestamp) from s.t) - interval 40 day")
+                con.execute(f"create or replace temp table gone as select i from s.t where {chosen}")
+                days = days_of("i in (select i from gone)")
+                con.execute("delete from s.t where i in (select i from gone)")
+            else:
+                moved = [r[0] for r in con.execute("select i from s.t using sample 3 rows").fetchall()]
+                days = days_of(f"i in ({', '.join(map(str, moved)) or 'null'})")
+                for i in moved:
+                    con.execute(f"update s.t set timestamp = ?::{kind} where i = ?", [at(), i])
+                days |= days_of(f"i in ({', '.join(map(str, moved)) or 'null'})")
+            got, whole = replan(con, d, objects, entry, days), plan(con, d, objects)
+            if got is not None:
+                assert [(p.name, p.key, p.rows) for p in got.parts] == [(p.name, p.key, p.rows) for p in whole.parts], op
+            entry = published(con, objects, got or whole)
 
 
 def table_state(settings, table: str) -> tuple[str, str, str]:

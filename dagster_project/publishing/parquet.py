@@ -308,12 +308,18 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     grouped = set(before)
     if fmt == DAY:
         # Only the months a change touched, or that the cutoff passed since (from the entry's
-        # latest day file), can group otherwise now: their rows are counted again.
-        cutoff = compaction_cutoff(latest)
-        if cutoff is None and before:
+        # latest day file), can group otherwise now: their rows are counted again. A file of a
+        # day that is not ISO ('infinity', year 10000) may have held the entry's latest event, so
+        # its cutoff is unknown: every row is hashed then.
+        whens = [when(p.name) for p in written.parts]
+        if any(not (ISO_DAY.fullmatch(w) or ISO_MONTH.fullmatch(w) or w == UNDATED) for w in whens):
             return None
-        days_before = [w for p in written.parts if ISO_DAY.fullmatch(w := when(p.name))]
-        passed = _months(compaction_cutoff(max(days_before)) or "", cutoff or "") if days_before else []
+        cutoff = compaction_cutoff(latest)
+        days_before = [w for w in whens if ISO_DAY.fullmatch(w)]
+        cutoff_before = compaction_cutoff(max(days_before)) if days_before else None
+        if (cutoff is None and before) or (cutoff is not None and cutoff_before is None):
+            return None
+        passed = _months(cutoff_before or "", cutoff or "")
         recount = {m for m in {d[:7] for d in days if ISO_DAY.fullmatch(d)} | set(passed)
                    if cutoff and m < cutoff[:7]}
         if any(m >= cutoff[:7] for m in before):  # the latest event moved back: months split again

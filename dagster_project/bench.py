@@ -433,19 +433,27 @@ def run_phase(phase: str, env: dict[str, str], run_dir: Path, echo) -> dict:
     return result
 
 
-def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh: bool, repeat: int = 1) -> dict:
-    """The phase ``repeat`` times (each full refresh from an empty state): the fastest sample's
-    figures (the machine is shared: the minimum is the least disturbed), every sample's seconds
-    and the 1-minute load average before each, the highest peak RSS, and the state the last
-    sample left (what the next phase starts from)."""
+def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh: bool, repeat: int = 1,
+                  same_start: bool = False) -> dict:
+    """The phase ``repeat`` times (each full refresh from an empty state; with ``same_start``,
+    each sample from a copy of the state the first started from: a phase that changes the state,
+    the incremental run): the fastest sample's figures (the machine is shared: the minimum is the
+    least disturbed), every sample's seconds and the 1-minute load average before each, the
+    highest peak RSS, and the state the last sample left (what the next phase starts from)."""
     samples = []
-    for _ in range(max(1, repeat)):
-        if fresh or not run_dir.exists():
-            _fresh_state(run_dir)
-        load = os.getloadavg()[0]
-        result = run_phase(phase, env, run_dir, echo)
-        result["load_before"] = round(load, 2)
-        samples.append(result)
+    start = run_dir.with_name(run_dir.name + ".start") if same_start and repeat > 1 else None
+    if start is not None:
+        shutil.rmtree(start, ignore_errors=True)
+        shutil.copytree(run_dir, start, symlinks=True)
+    try:
+        for i in range(max(1, repeat)):
+            if start is not None and i:
+                shutil.rmtree(run_dir)
+                shutil.copytree(start, run_dir, symlinks=True)
+            samples.append(_sample(phase, env, run_dir, echo, fresh))
+    finally:
+        if start is not None:
+            shutil.rmtree(start, ignore_errors=True)
     best = dict(min(samples, key=lambda r: r["seconds"]))
     best["samples"] = [r["seconds"] for r in samples]
     best["loads_before"] = [r["load_before"] for r in samples]
@@ -456,6 +464,15 @@ def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh
     if any("snapshot" in r for r in samples):
         best["snapshot_statuses"] = [(r.get("snapshot") or {}).get("status") for r in samples]
     return best
+
+
+def _sample(phase: str, env: dict[str, str], run_dir: Path, echo, fresh: bool) -> dict:
+    if fresh or not run_dir.exists():
+        _fresh_state(run_dir)
+    load = os.getloadavg()[0]
+    result = run_phase(phase, env, run_dir, echo)
+    result["load_before"] = round(load, 2)
+    return result
 
 
 def _lake_size(lake: Lake) -> dict:
@@ -601,11 +618,11 @@ def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[i
 
     def measure(n: int, phase: str, fresh: bool = False) -> dict:
         run_dir = _run_dir(workdir, lakes[n])
-        # Only once: the incremental run changes the state it would be repeated on.
-        times = 1 if phase == "incremental" else repeat
-        say(f"[{n:,}] {LABELS[phase]}{f' ×{times}' if times > 1 else ''} …")
-        result = measure_phase(phase, _env(run_dir, lakes[n], as_of), run_dir, echo, fresh=fresh, repeat=times)
-        samples = f" (samples {', '.join(f'{x:.2f}' for x in result['samples'])})" if times > 1 else ""
+        say(f"[{n:,}] {LABELS[phase]}{f' ×{repeat}' if repeat > 1 else ''} …")
+        # the incremental run changes the state: each of its samples starts from a copy of the no-op's
+        result = measure_phase(phase, _env(run_dir, lakes[n], as_of), run_dir, echo, fresh=fresh, repeat=repeat,
+                               same_start=phase == "incremental")
+        samples = f" (samples {', '.join(f'{x:.2f}' for x in result['samples'])})" if repeat > 1 else ""
         say(f"[{n:,}] {LABELS[phase]}: {result['seconds']:.2f} s{samples}, peak RSS {result['peak_rss_mb']:,.0f} MB, "
             f"load {result['load_before']:.1f}")
         results[n][phase] = result

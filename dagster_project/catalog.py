@@ -52,7 +52,8 @@ TABLES: dict[str, str] = {
                          "run, passed or not (a table that did not change keeps that result).",
     "lineage.table_changes": "Private (never published): per version of a table built incrementally, the version "
                              "before it and the event days (as the snapshot cuts files) of every row the build "
-                             "deleted or inserted: the snapshot hashes only those days' files.",
+                             "deleted or inserted: the snapshot hashes only those days' files. The latest 64 "
+                             "builds of each table are kept.",
     "lineage.table_fingerprints": "Private (never published): per small table rebuilt whole, the digest of the "
                                   "content its current version was built with; a rebuild to the same content "
                                   "keeps the version (its validation and snapshot files are reused).",

@@ -172,6 +172,21 @@ def changed_days(con: duckdb.DuckDBPyConnection, table: str, since: str | None, 
     return None
 
 
+KEEP_CHANGES = 64  # builds' day lists kept per table; a snapshot further behind hashes the table whole
+
+
+def prune_changes(con: duckdb.DuckDBPyConnection, keep: int = KEEP_CHANGES) -> int:
+    """Forget all but the ``keep`` latest builds' day lists of each table (rows deleted): a
+    snapshot asks for the builds since the one it published, and a table behind by more than
+    ``keep`` builds is hashed whole (``changed_days`` finds the chain broken), so the list stops
+    growing with the number of runs."""
+    if not is_base_table(con, CHANGES):
+        return 0
+    return int(con.execute(
+        f"delete from {CHANGES} where rowid in (select rowid from (select rowid, row_number() over "
+        f"(partition by table_name order by rowid desc) as n from {CHANGES}) where n > ?)", [keep]).fetchone()[0])
+
+
 def key(*parts) -> str:
     """A stable digest of JSON-able parts (code fingerprint, settings, input versions)."""
     text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))

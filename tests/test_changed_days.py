@@ -120,6 +120,16 @@ def test_the_days_of_builds_in_between_add_up_and_a_build_that_did_not_say_break
     build(None)  # a rebuild: anything may have changed since any earlier version
     assert versions.changed_days(con, table, since=first) is None
     assert versions.changed_days(con, table, since=None) is None
+    # only the latest builds' day lists are kept: a snapshot further behind hashes the table whole
+    since = build(["2026-01-06"])
+    for day in ("2026-01-07", "2026-01-08", "2026-01-09"):
+        build([day])
+    versions.record_changes(con, "staging.other", versions.bump(con, "staging.other", "run"),
+                            versions.get(con, "staging.other"), ["2026-01-01"])
+    assert versions.prune_changes(con, keep=2) == 4  # staging.t's four oldest lists
+    assert versions.changed_days(con, table, since=since) is None
+    assert versions.changed_days(con, table, since=versions.get(con, table).version) == set()
+    assert con.execute("select count(*) from lineage.table_changes where table_name = 'staging.other'").fetchone()[0] == 1
 
 
 def publish_state(tmp_path):

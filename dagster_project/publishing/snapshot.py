@@ -236,6 +236,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         ensure_links(export_dir, warehouse)
         hook("linked")
         prune(export_dir, keep)
+        versions.prune_changes(con)  # the day lists older snapshots asked for, no longer needed
     parts = [p for pl in plans.values() for p in pl.parts]
     return PublishResult(
         "published", version, snap, manifest,

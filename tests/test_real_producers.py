@@ -55,6 +55,21 @@ def test_repeated_hour_resolved_from_the_file_in_one_or_several_runs(settings, t
     assert got == [(_utc(u), fold) for _, u, fold in FALL_BACK]
 
 
+def test_a_busy_repeated_hour_moves_every_second_pass_line(settings, tmp_path):
+    """Hundreds of lines in each pass of the repeated hour: every second-pass line gets the later
+    offset (one update for all of them), every first-pass line keeps the earlier one."""
+    s = _zoned(settings, tmp_path)
+    n = 400
+    walls = [f"2026-10-25T02:{(i * 3600 // n) // 60:02d}:{(i * 3600 // n) % 60:02d}.{i:06d}" for i in range(n)]
+    write_lines(settings.raw_dir / MADRID_FILE,
+                [dumps(interaction(p * n + i, timestamp=w)) for p in range(2) for i, w in enumerate(walls)])
+    con, _ = ingest(s, "run-1", sources=["interactions"])
+    got = rows(con, "select timestamp, timestamp_fold from staging.interactions order by line_number")
+    madrid = ZoneInfo("Europe/Madrid")
+    assert got == [(datetime.fromisoformat(w).replace(tzinfo=madrid, fold=p).astimezone(timezone.utc),
+                    "fold_second" if p else "fold_first") for p in range(2) for w in walls]
+
+
 def test_skipped_hour_is_quarantined_and_says_why(settings, tmp_path):
     s = _zoned(settings, tmp_path)
     write_lines(settings.raw_dir / "interactions" / "interactions_2026-03-29_5b0c2f7e.jsonl", [

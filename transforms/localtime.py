@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 
+from transforms import arrowcols
 from transforms.classify import q
 from transforms.spec import SourceSpec
 
@@ -119,8 +120,16 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
                 wall = parse_wall(text)
                 if assign_passes(states, [wall])[0] == FOLD_SECOND:
                     updates.append((instant(wall, zone, FOLD_SECOND), FOLD_SECOND, k, line_number))
-        if updates:
-            con.executemany(f"update {candidates} set {col} = ?, {fold_col} = ? "
-                            "where path = ? and line_number = ?", updates)
+        if updates:  # one statement: executemany runs one update per line, ~0.5 ms each
+            moves = arrowcols.table({"instant": arrowcols.timestamps([u[0] for u in updates]),
+                                     "fold": arrowcols.strings([u[1] for u in updates]),
+                                     "k": arrowcols.strings([u[2] for u in updates]),
+                                     "line_number": arrowcols.ints([u[3] for u in updates])})
+            con.register("_fold_moves", moves)
+            try:
+                con.execute(f"update {candidates} as c set {col} = m.instant, {fold_col} = m.fold "
+                            "from _fold_moves as m where c.path = m.k and c.line_number = m.line_number")
+            finally:
+                con.unregister("_fold_moves")
             moved += len(updates)
     return moved

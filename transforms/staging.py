@@ -22,7 +22,7 @@ import duckdb
 from transforms import delta
 from transforms.classify import q
 from transforms.spec import SourceSpec
-from transforms.sqlfiles import transaction
+from transforms.sqlfiles import table_columns, transaction
 
 PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "bigint"),
               ("ingest_run_id", "varchar"), ("observed_seq", "bigint"), ("deleted_at_source", "timestamptz")]
@@ -168,14 +168,10 @@ class _State:
 
 
 def _catalog(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, dict[str, str]]:
-    """``{schema.table: {column: type}}`` of those of ``tables`` that exist, in one query."""
-    out: dict[str, dict[str, str]] = {}
-    for table, column, kind in con.execute(
-            "select schema_name || '.' || table_name, column_name, data_type from duckdb_columns() "
-            "where database_name = current_database() and schema_name || '.' || table_name in "
-            "(select unnest(?::varchar[])) order by schema_name, table_name, column_index", [tables]).fetchall():
-        out.setdefault(table, {})[column] = kind
-    return out
+    """``{schema.table: {column: type}}`` of those of ``tables`` that exist, each bound by name
+    (0.6 ms for five; a ``duckdb_columns()`` query lists every column of the state database:
+    2.7 ms, 17 ms cold)."""
+    return {table: columns for table in tables if (columns := table_columns(con, table)) is not None}
 
 
 def _state(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> _State:

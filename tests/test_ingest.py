@@ -454,3 +454,31 @@ def test_strict_verdicts_land_on_their_own_file_and_line(settings):
         ("interactions/interactions_2026-02-26_bbbbbbbb.jsonl", 1, "invalid_json"),
         ("interactions/interactions_2026-02-26_bbbbbbbb.jsonl", 2, "non_standard_json")]
     assert rows(con, "select count(*) from ingest.quarantine where detail is null or detail = ''") == [(0,)]
+
+
+def test_a_runs_record_accumulates_its_steps_and_a_failure_sticks():
+    """``record_run``: the first call makes the row, later ones add their counts, sources and
+    warnings; the mode stays the first unless a step runs a full refresh; a failed run stays
+    failed and keeps its error; a finished run gets its end time."""
+    import duckdb
+
+    from dagster_project.engine import ensure_schema
+    from dagster_project.state import record_run
+
+    con = duckdb.connect()
+    ensure_schema(con)
+    record_run(con, "r1", mode="incremental", warnings=["w1"])
+    record_run(con, "r1", mode="incremental", source="interactions",
+               counts={"files_seen": 3, "lines": 10, "loaded": 9, "quarantined": 1})
+    record_run(con, "r1", mode="full_refresh", source="feedback", counts={"files_seen": 1, "deferred_bytes": 5},
+               warnings=["w2", "w1"])
+    record_run(con, "r1", mode="incremental", source="interactions", counts={"blank": 2})
+    record_run(con, "r1", mode="incremental", status="failed", error="boom")
+    assert con.execute("select finished_at is not null from ingest.runs").fetchone()[0]
+    record_run(con, "r1", mode="incremental", status="success")
+    record_run(con, "r2", mode="replay", status="success")
+    got = con.execute("select run_id, mode, status, list_sort(sources), files_seen, lines_read, rows_loaded, "
+                      "rows_quarantined, blank_lines, deferred_bytes, error, list_sort(warnings) "
+                      "from ingest.runs order by run_id").fetchall()
+    assert got == [("r1", "full_refresh", "failed", ["feedback", "interactions"], 4, 10, 9, 1, 2, 5, "boom", ["w1", "w2"]),
+                   ("r2", "replay", "success", [], 0, 0, 0, 0, 0, 0, None, [])]

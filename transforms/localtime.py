@@ -28,6 +28,7 @@ import duckdb
 from transforms import arrowcols
 from transforms.classify import q
 from transforms.spec import SourceSpec
+from transforms.sqlfiles import registered
 
 FOLD_FIRST = "fold_first"
 FOLD_SECOND = "fold_second"
@@ -125,11 +126,8 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
                                      "fold": arrowcols.strings([u[1] for u in updates]),
                                      "k": arrowcols.strings([u[2] for u in updates]),
                                      "line_number": arrowcols.ints([u[3] for u in updates])})
-            con.register("_fold_moves", moves)
-            try:
+            with registered(con, "_fold_moves", moves):
                 con.execute(f"update {candidates} as c set {col} = m.instant, {fold_col} = m.fold "
                             "from _fold_moves as m where c.path = m.k and c.line_number = m.line_number")
-            finally:
-                con.unregister("_fold_moves")
             moved += len(updates)
     return moved

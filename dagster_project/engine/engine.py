@@ -16,8 +16,7 @@ bronze and incremental == full refresh whatever the producers did to their files
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +33,7 @@ from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
 from dagster_project import versions
 from transforms import arrowcols
-from transforms.sqlfiles import transaction
+from transforms.sqlfiles import registered, transaction
 from transforms.localtime import resolve_folds
 from transforms.classify import build_sql, output_columns, q, strict_verdict
 from transforms.lines import BATCH_ROWS, Rejected
@@ -62,17 +61,6 @@ Progress = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- the engine
-
-
-@contextmanager
-def registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
-    """``table`` readable as ``name`` by ``con``'s SQL for the block (one statement for many rows,
-    where ``executemany`` runs one insert per row)."""
-    con.register(name, table)
-    try:
-        yield
-    finally:
-        con.unregister(name)
 
 
 class Ingestor:

@@ -653,12 +653,6 @@ def _note_clean(con: duckdb.DuckDBPyConnection, table: str, results: list[tuple[
         con.execute(f"insert into {CLEAN_CHECKS} select ?, unnest(?::varchar[]), ?", [table, clean, run_id])
 
 
-def _baseline_run(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
-    """The run whose clean validation the table's row baseline is (None without one)."""
-    baseline = _baseline(con, table)
-    return None if baseline is None else baseline.run_id
-
-
 def _scoped_table_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, check: Check,
                         columns: dict[str, str], rows: int, now: datetime, scope: str,
                         since: str) -> CheckResult | None:

@@ -91,6 +91,11 @@ class Part:
         """The partition's name: the file name without ``.parquet`` (what ``part_sql`` gives)."""
         return self.name[:-len(".parquet")]
 
+    @property
+    def when(self) -> str:
+        """Its day or month (or ``undated``): the name after its prefix (``train-2026-02-03`` -> ``2026-02-03``)."""
+        return self.stem.split("-", 1)[1]
+
 
 @dataclass
 class Plan:
@@ -295,12 +300,8 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
         return None
     total, latest = extent(con, dataset, columns)
     fmt = _grain(total)
-
-    def when(name: str) -> str:  # "train-2026-02-03.parquet" -> "2026-02-03"
-        return name[:-len(".parquet")].split("-", 1)[1]
-
     # the months the entry's files group: month-named files of a day cut
-    before = {when(p.name) for p in written.parts if ISO_MONTH.fullmatch(when(p.name))} if fmt == DAY else set()
+    before = {p.when for p in written.parts if ISO_MONTH.fullmatch(p.when)} if fmt == DAY else set()
     if entry.get("partition_sql") != partition_sql(dataset, columns, total, before):
         return None  # another cut: a table crossing DAY_GRAIN_ROWS
     if fmt == MONTH and any(d != UNDATED and not ISO_DAY.fullmatch(d) for d in days):
@@ -311,7 +312,7 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
         # latest day file), can group otherwise now: their rows are counted again. A file of a
         # day that is not ISO ('infinity', year 10000) may have held the entry's latest event, so
         # its cutoff is unknown: every row is hashed then.
-        whens = [when(p.name) for p in written.parts]
+        whens = [p.when for p in written.parts]
         if any(not (ISO_DAY.fullmatch(w) or ISO_MONTH.fullmatch(w) or w == UNDATED) for w in whens):
             return None
         cutoff = compaction_cutoff(latest)
@@ -331,7 +332,7 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     regrouped = before ^ grouped  # months whose files change form, day files <-> one month file
     part_sql = partition_sql(dataset, columns, total, grouped)
     names = sorted({partition_of(d, fmt, grouped) for d in days} | regrouped)
-    kept = [p for p in written.parts if when(p.name) not in names and when(p.name)[:7] not in regrouped]
+    kept = [p for p in written.parts if p.when not in names and p.when[:7] not in regrouped]
     near = _time_range(columns, part_sql, names)  # zone maps skip the other days' row groups
     month = f"left({time_sql(col, DAY)}, 7)"
     where = (f"({when_sql(col, fmt, grouped)} in ({', '.join(lit(n) for n in names)})"

@@ -94,6 +94,39 @@ def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[No
             con.close()
 
 
+def prepare_state(con) -> None:
+    """The schemas and the bookkeeping tables every step shares, created before the steps: steps
+    that run at once must not both create one (DuckDB aborts the second transaction)."""
+    from dagster_project import validation, versions
+    from dagster_project.engine import ensure_schema
+    from transforms import delta, staging
+
+    ensure_schema(con)
+    for schema in ("lineage", "marts", "exports"):
+        con.execute(f"create schema if not exists {schema}")
+    versions.ensure_tables(con)
+    validation.ensure_tables(con)
+    delta.ensure(con)
+    staging.ensure_tables(con)
+
+
+def execute(job: dg.JobDefinition, threads: int, instance: dg.DagsterInstance, run_id: str, *,
+            run_config: dict, tags: dict[str, str]):
+    """``job.execute_in_process`` with the steps on ``threads`` threads (``executor``): what
+    ``execute_in_process`` does, but it always runs steps one at a time."""
+    from dagster._core.definitions.job_base import InMemoryJob
+    from dagster._core.execution.execute_in_process import core_execute_in_process
+
+    from dagster_project.executor import threaded_executor
+
+    ephemeral = job.as_ephemeral_job(resource_defs={}, input_values={}).with_executor_def(threaded_executor)
+    return core_execute_in_process(
+        job=InMemoryJob(job_def=ephemeral),
+        run_config={**run_config, "execution": {"config": {"threads": threads}}},
+        instance=instance, output_capturing_enabled=True, raise_on_error=False,
+        run_tags={**job.run_tags, **tags}, run_id=run_id, asset_selection=frozenset())
+
+
 def run_config(full_refresh: bool, *, verbose: bool = False, nodes: set[str] | None = None) -> dict:
     """``nodes``: the ops of a subset job (config for an op it lacks is an error)."""
     ops = {f"ingest__{name}": {"config": {"full_refresh": full_refresh}} for name in builtin_sources()
@@ -170,7 +203,6 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                  selection: list[str] | None = None, verbose: bool = False) -> PipelineResult:
     """Run the job in-process. Raises ``SettingsError`` before any work when settings cannot work."""
     from dagster_project.definitions import load_definitions
-    from dagster_project.engine import ensure_schema
     from dagster_project.state import record_run
 
     warnings = preflight(settings)
@@ -188,7 +220,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
         with state_connection(settings) as con:
             # The run's row exists before any step: its mode and warnings survive the steps'
             # updates (they keep the first mode unless a full refresh) and reach the publish.
-            ensure_schema(con)
+            prepare_state(con)
             record_run(con, run_id, mode=mode, warnings=warnings)
         if replay:
             forget_files(settings, replay)
@@ -200,12 +232,10 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             stack.enter_context(steps)
             stack.callback(progress.listen(steps.message))
             dagster.add_event_listener(run_id, steps.event)
-        with shared_state(settings):  # steps run here, one after another: one connection for all
-            result = job.execute_in_process(
-                run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
-                instance=dagster, raise_on_error=False,
-                run_id=run_id, tags={"flywheel/launched_by": "cli", "flywheel/mode": mode},
-            )
+        with shared_state(settings):  # steps run here: one connection, a cursor of it per thread
+            result = execute(job, settings.step_threads, dagster, run_id,
+                             run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
+                             tags={"flywheel/launched_by": "cli", "flywheel/mode": mode})
     failures, traces = [], []
     # A failed blocking check fails the step that builds its table with a bare "check failed":
     # each report (which expectation, sample rows) is in its evaluation's description.

@@ -9,6 +9,7 @@ the output is a file or a pipe (CI logs, ``make run 2> log``), each with rows an
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -65,6 +66,7 @@ class StepProgress:
         self.counts: dict[str, list[str]] = {}
         self.live = None
         self.task = None
+        self.lock = threading.Lock()  # steps on two threads report at once (executor)
         if console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -88,6 +90,10 @@ class StepProgress:
 
     def event(self, record) -> None:
         """An ``EventLogEntry`` of the run (registered with ``instance.add_event_listener``)."""
+        with self.lock:
+            self._event(record)
+
+    def _event(self, record) -> None:
         event = record.dagster_event
         if event is None:
             # Warnings the steps log for the user (e.g. a generated pseudonym key, a source

@@ -89,6 +89,8 @@ class Settings:
     # a line file whose size, mtime, inode and settled ctime are the recorded ones is not read
     # (off: its last 64 KiB are read and hashed, for mounts whose ctime does not follow writes)
     trust_ctime: bool = True
+    # steps of a run that may run at once, on threads of its process (1: one after another)
+    step_threads: int = 2
 
     @property
     def run_date(self) -> date:
@@ -168,6 +170,8 @@ class Settings:
                                  rule="a positive number of snapshots"),
             allow_empty=parse("FLYWHEEL_ALLOW_EMPTY", False, _flag, "1", rule="1/true/yes or 0/false/no"),
             trust_ctime=parse("FLYWHEEL_TRUST_CTIME", True, _flag, "0", rule="1/true/yes or 0/false/no"),
+            step_threads=parse("FLYWHEEL_STEP_THREADS", 2, int, "2", check=lambda v: 1 <= v <= 16,
+                               rule="a whole number from 1 (one step at a time) to 16"),
         )
         if problems:
             raise SettingsError(problems)

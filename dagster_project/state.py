@@ -13,10 +13,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 
 import duckdb
 
@@ -27,27 +29,51 @@ class WarehouseBusy(RuntimeError):
     pass
 
 
-_held: dict[str, int] = {}  # lock path -> depth held by this process (the lock is re-entrant)
+class _Held:
+    """The writer lock as this process holds it: the open lock file and how many hold it."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.depth = fh, 1
+
+
+_held: dict[str, _Held] = {}  # lock path -> the lock this process holds (re-entrant, any thread)
+_held_guard = threading.Lock()  # guards _held; held while taking the file lock, so one thread waits
 
 
 @contextmanager
 def writer_lock(settings: Settings, wait_seconds: float = 600) -> Iterator[None]:
     """Hold the exclusive writer lock; wait for another run to finish, then give up loudly.
 
-    Re-entrant within a process, so ``flywheel run`` can hold it for a whole run while each
-    asset takes it again (a second ``flock`` on a new descriptor would block on ourselves).
+    Re-entrant within a process and across its threads, so ``flywheel run`` can hold it for a
+    whole run while each asset takes it again (a second ``flock`` on a new descriptor would
+    block on ourselves); whoever leaves last releases it.
     """
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     lock_path = settings.state_dir / "writer.lock"
     key = str(lock_path.resolve())
-    if _held.get(key):
-        _held[key] += 1
-        try:
-            yield
-        finally:
-            _held[key] -= 1
-        return
-    with open(lock_path, "a+") as fh:
+    with _held_guard:
+        held = _held.get(key)
+        if held is not None:
+            held.depth += 1
+        else:
+            _held[key] = _acquire(lock_path, wait_seconds)
+    try:
+        yield
+    finally:
+        with _held_guard:
+            held = _held[key]
+            held.depth -= 1
+            if not held.depth:
+                del _held[key]
+                held.fh.seek(0)
+                held.fh.truncate()
+                fcntl.flock(held.fh, fcntl.LOCK_UN)
+                held.fh.close()
+
+
+def _acquire(lock_path: Path, wait_seconds: float) -> _Held:
+    fh = open(lock_path, "a+")
+    try:
         deadline = time.monotonic() + wait_seconds
         while True:
             try:
@@ -68,31 +94,60 @@ def writer_lock(settings: Settings, wait_seconds: float = 600) -> Iterator[None]
         fh.truncate()
         fh.write(f"pid {os.getpid()} since {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
         fh.flush()
-        _held[key] = 1
-        try:
-            yield
-        finally:
-            _held.pop(key, None)
-            fh.seek(0)
-            fh.truncate()
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        return _Held(fh)
+    except BaseException:
+        fh.close()
+        raise
 
 
-_shared: dict[str, duckdb.DuckDBPyConnection] = {}  # state db -> the connection of an in-process run
+class _Shared:
+    """The state connection of an in-process run and, for every other thread that uses it, a
+    cursor of its own: a DuckDB connection is not to be used by two threads at once, while two
+    connections to one database run their transactions side by side (``executor``)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con, self.owner = con, threading.get_ident()
+        self.local = threading.local()
+        self.cursors: list[duckdb.DuckDBPyConnection] = []
+        self.guard = threading.Lock()
+
+    def for_this_thread(self) -> duckdb.DuckDBPyConnection:
+        if threading.get_ident() == self.owner:
+            return self.con
+        cursor = getattr(self.local, "cursor", None)
+        if cursor is None:
+            cursor = self.con.cursor()
+            cursor.execute("set TimeZone = 'UTC'")
+            self.local.cursor = cursor
+            with self.guard:
+                self.cursors.append(cursor)
+        return cursor
+
+    def close_cursors(self) -> None:
+        with self.guard:
+            for cursor in self.cursors:
+                cursor.close()
+            self.cursors.clear()
+
+
+_shared: dict[str, _Shared] = {}  # state db -> the connection of an in-process run
 
 
 @contextmanager
 def shared_state(settings: Settings) -> Iterator[None]:
-    """One connection for a whole in-process run: each step uses it rather than opening the
-    database and checkpointing it again (~40 ms a step). Holds the writer lock throughout; a
-    step run anywhere else (``dg launch``, another process) opens its own as before."""
+    """One connection for a whole in-process run: each step uses it (a step on another thread,
+    a cursor of it) rather than opening the database and checkpointing it again (~40 ms a
+    step). Holds the writer lock throughout; a step run anywhere else (``dg launch``, another
+    process) opens its own as before."""
     key = os.path.abspath(settings.state_db)
     with state_connection(settings) as con:  # opened before it is shared: a connection of its own
-        _shared[key] = con
+        shared = _Shared(con)
+        _shared[key] = shared
         try:
             yield
         finally:
             _shared.pop(key, None)
+            shared.close_cursors()
 
 
 @contextmanager
@@ -101,11 +156,12 @@ def state_connection(settings: Settings, *, lock: bool = True) -> Iterator[duckd
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     shared = _shared.get(os.path.abspath(settings.state_db)) if lock else None
     if shared is not None:
+        con = shared.for_this_thread()
         with writer_lock(settings):
             try:
-                yield shared
+                yield con
             except BaseException:
-                _rollback(shared)  # a step that failed mid-transaction must not poison the next
+                _rollback(con)  # a step that failed mid-transaction must not poison the next
                 raise
         return
     guard = writer_lock(settings) if lock else _nothing()
@@ -131,10 +187,15 @@ def _nothing() -> Iterator[None]:
     yield
 
 
+_run_row = threading.Lock()  # steps on two threads update the run's one row: one at a time
+
+
 def record_run(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, source: str | None = None,
                counts: dict[str, int] | None = None, status: str = "running",
                error: str | None = None, warnings: list[str] | None = None) -> None:
     """Create or update the ``ingest.runs`` row of ``run_id``; counts and warnings accumulate.
+    Each statement commits on its own, under ``_run_row``: two steps updating the row at once
+    would conflict (DuckDB aborts the second transaction).
 
     An update, then an insert when the run has no row yet: ``insert … on conflict do update``
     cost 4.3 ms where the update costs 0.9 ms, and a run records itself ten times."""
@@ -144,6 +205,11 @@ def record_run(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, source
               "lines": counts.get("lines", 0), "loaded": counts.get("loaded", 0),
               "quarantined": counts.get("quarantined", 0), "blank": counts.get("blank", 0),
               "deferred": counts.get("deferred_bytes", 0), "error": error, "warnings": list(warnings or [])}
+    with _run_row:
+        _record(con, params)
+
+
+def _record(con: duckdb.DuckDBPyConnection, params: dict) -> None:
     sources = "case when $source is null then []::varchar[] else [$source] end"
     updated = con.execute(
         f"""

@@ -490,6 +490,21 @@ def _any_non_null(con: duckdb.DuckDBPyConnection, quoted: str, checks: list[Chec
     return {c.name: bool(x) for c, x in zip(checks, found)}
 
 
+CLEAN_CHECKS_COLUMNS = "table_name varchar not null, check_key varchar not null, run_id varchar not null"
+GROUP_KEYS_COLUMNS = ("table_name varchar not null, group_expr varchar not null, content_hash ubigint not null, "
+                      "group_hash ubigint")
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Every table validation writes: created before a run's steps, which may run at once (two
+    transactions creating one table conflict)."""
+    _ensure_baselines(con)
+    ensure_table(con, CLEAN_CHECKS, CLEAN_CHECKS_COLUMNS)
+    ensure_table(con, GROUP_KEYS, GROUP_KEYS_COLUMNS)
+    ensure_validations_table(con)
+    ensure_excluded_table(con)
+
+
 def _ensure_baselines(con: duckdb.DuckDBPyConnection) -> None:
     # lineage is private: never published (snapshot.WAREHOUSE_SCHEMAS)
     ensure_table(con, BASELINES, "table_name varchar primary key, fingerprint varchar not null, "
@@ -645,7 +660,7 @@ def _note_clean(con: duckdb.DuckDBPyConnection, table: str, results: list[tuple[
             for check, result in results if _scoped(check)}
     if not keys or (not any(keys.values()) and not _is_table(con, CLEAN_CHECKS)):
         return
-    ensure_table(con, CLEAN_CHECKS, "table_name varchar not null, check_key varchar not null, run_id varchar not null")
+    ensure_table(con, CLEAN_CHECKS, CLEAN_CHECKS_COLUMNS)
     con.execute(f"delete from {CLEAN_CHECKS} where table_name = ? and check_key in (select unnest(?::varchar[]))",
                 [table, list(keys)])
     clean = [key for key, ok in keys.items() if ok]
@@ -725,8 +740,7 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
     group_by, needs, counted = check.per_group
     key = hashlib.sha256(json.dumps([BASELINE_SCHEME, duckdb.__version__, group_by, needs]).encode()).hexdigest()[:32]
     content = f"hash({', '.join(_q(c) for c in needs)})"
-    ensure_table(con, GROUP_KEYS, "table_name varchar not null, group_expr varchar not null, "
-                                  "content_hash ubigint not null, group_hash ubigint")
+    ensure_table(con, GROUP_KEYS, GROUP_KEYS_COLUMNS)
     stored = f"(select content_hash, group_hash from {GROUP_KEYS} where table_name = $table and group_expr = $key)"
     # A content another table stored a key for under the same expression takes that key (a pure
     # function of the content): sft, kto and dpo share most prompts, so each is normalised once.

@@ -39,6 +39,14 @@ class Version:
     run_id: str | None  # the run that made this version
 
 
+def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Every lineage table of this module: created before a run's steps, which may run at once
+    (two transactions creating one table conflict)."""
+    ensure_validated(con)
+    ensure_table(con, FINGERPRINTS, FINGERPRINTS_COLUMNS)
+    ensure_table(con, CHANGES, CHANGES_COLUMNS)
+
+
 def ensure(con: duckdb.DuckDBPyConnection) -> None:
     ensure_table(con, TABLE, "table_name varchar primary key, version varchar not null, epoch varchar not null, "
                              "input_key varchar, run_id varchar, updated_at timestamptz not null default now()")
@@ -74,13 +82,14 @@ def record_build(con: duckdb.DuckDBPyConnection, table: str, input_key: str, run
     epoch = before.epoch if before is not None and before.input_key == input_key else input_key
     con.execute(f"insert or replace into {TABLE} values (?, ?, ?, ?, ?, now())",
                 [table, input_key, epoch, input_key, run_id])
-    ensure_table(con, FINGERPRINTS, "table_name varchar primary key, version varchar not null, fingerprint varchar not null")
+    ensure_table(con, FINGERPRINTS, FINGERPRINTS_COLUMNS)
     con.execute(f"delete from {FINGERPRINTS} where table_name = ?", [table])
     if fingerprint is not None:
         con.execute(f"insert into {FINGERPRINTS} values (?, ?, ?)", [table, input_key, fingerprint])
 
 
 FINGERPRINTS = f"{SCHEMA}.table_fingerprints"
+FINGERPRINTS_COLUMNS = "table_name varchar primary key, version varchar not null, fingerprint varchar not null"
 # Summing the row hashes reads the whole table: only tables this small are fingerprinted.
 FINGERPRINT_MAX_ROWS = 100_000
 
@@ -133,6 +142,8 @@ def forget(con: duckdb.DuckDBPyConnection, table: str) -> None:
 
 
 CHANGES = f"{SCHEMA}.table_changes"
+CHANGES_COLUMNS = ("table_name varchar not null, version varchar not null, base_version varchar not null, "
+                   "days varchar[] not null, primary key (table_name, version)")
 
 
 def record_changes(con: duckdb.DuckDBPyConnection, table: str, version: str, base: Version | None,
@@ -143,8 +154,7 @@ def record_changes(con: duckdb.DuckDBPyConnection, table: str, version: str, bas
     which ``changed_days`` reads as "anything may have changed"."""
     if base is None or days is None:
         return
-    ensure_table(con, CHANGES, "table_name varchar not null, version varchar not null, "
-                               "base_version varchar not null, days varchar[] not null, primary key (table_name, version)")
+    ensure_table(con, CHANGES, CHANGES_COLUMNS)
     con.execute(f"insert or replace into {CHANGES} values (?, ?, ?, ?)", [table, version, base.version, sorted(days)])
 
 

@@ -86,8 +86,9 @@ def load_or_create_key(env_value: str | None, key_path: Path) -> tuple[bytes, bo
     """The pseudonym key and whether it was just created (the caller should warn then).
 
     ``env_value`` (``FLYWHEEL_PSEUDONYM_KEY``) wins when non-empty; else ``key_path`` is read;
-    else a new random key is written there (mode 0600, created exclusively so two processes
-    racing end up with the same key).
+    else a new random key is written there (mode 0600). The key is written whole to a temp file
+    and linked into place, which fails when a key is already there: two processes or two steps
+    racing end up with the same key, and no one ever reads a half-written file.
     """
     if env_value:
         return env_value.encode("utf-8"), False
@@ -96,16 +97,25 @@ def load_or_create_key(env_value: str | None, key_path: Path) -> tuple[bytes, bo
         return _read_key(key_path), False
     key_path.parent.mkdir(parents=True, exist_ok=True)
     text = secrets.token_hex(32)
+    tmp = key_path.with_name(f".{key_path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _read_key(key_path), False
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (text + "\n").encode("ascii"))
-        os.fsync(fd)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, (text + "\n").encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, key_path)
+        except FileExistsError:
+            return _read_key(key_path), False
+        except OSError:  # a file system without hard links: rename, unless a key appeared meanwhile
+            if key_path.exists():
+                return _read_key(key_path), False
+            os.replace(tmp, key_path)
     finally:
-        os.close(fd)
+        tmp.unlink(missing_ok=True)
     return text.encode("utf-8"), True
 
 

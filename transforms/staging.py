@@ -113,7 +113,7 @@ def build_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec, *, run_id: s
     incremental when sound, drop step included; see ``refresh_staging``.
     """
     if drop is None:
-        _ensure(con)
+        ensure_tables(con)
         con.execute(f"delete from {WATERMARKS} where table_name = ?", [f"staging.{spec.name}"])
         return _rebuild(con, spec)
     return refresh_staging(con, spec, run_id=run_id, now=now, drop=drop).rows
@@ -130,7 +130,7 @@ def refresh_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec, *, run_id:
     """
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     table = f"staging.{spec.name}"
-    _ensure(con)
+    ensure_tables(con)
     state = _state(con, spec)
     mark = con.execute(f"select raw_epoch, code_key, applied_seq, drop_now from {WATERMARKS} "
                        "where table_name = ?", [table]).fetchone()
@@ -143,7 +143,8 @@ def refresh_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec, *, run_id:
 # ------------------------------------------------------------------------------ internals
 
 
-def _ensure(con: duckdb.DuckDBPyConnection) -> None:
+def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """The schemas and bookkeeping tables staging writes (created before a run's steps)."""
     con.execute("create schema if not exists staging")
     con.execute("create schema if not exists lineage")
     con.execute(f"create table if not exists {WATERMARKS} (table_name varchar primary key, "

@@ -1,0 +1,272 @@
+"""The run's steps on threads (dagster_project/executor.py) and what sharing a process asks of the
+rest: the writer lock, the run's record, the state connection and the pseudonym key."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import dagster as dg
+import duckdb
+import pytest
+
+from conftest import dumps, interaction, write_lines
+from dagster_project.executor import StepTimes
+from dagster_project.pipeline import execute, prepare_state
+from dagster_project.publishing.snapshot import read_manifest
+from dagster_project.state import record_run, shared_state, state_connection, writer_lock
+from transforms.pseudonyms import load_or_create_key
+
+# --------------------------------------------------------------------------- a job of its own
+
+SPANS: dict[str, tuple[float, float]] = {}  # step -> (start, end), written by the assets below
+BARRIER: list[threading.Barrier] = []
+
+
+def _span(name: str, seconds: float = 0.0, meet: bool = False) -> None:
+    start = time.monotonic()
+    if meet:  # passes only when the other step waits here at the same time
+        BARRIER[0].wait()
+    time.sleep(seconds)
+    SPANS[name] = (start, time.monotonic())
+
+
+@dg.asset
+def left() -> None:
+    _span("left", meet=True)
+
+
+@dg.asset
+def right() -> None:
+    _span("right", meet=True)
+
+
+@dg.asset(deps=[left, right])
+def after() -> None:
+    _span("after")
+
+
+@dg.asset
+def broken() -> None:
+    raise RuntimeError("this step fails")
+
+
+@dg.asset(deps=[broken])
+def below_broken() -> None:
+    _span("below_broken")
+
+
+@dg.asset
+def a_short() -> None:
+    _span("a_short", 0.05)
+
+
+@dg.asset
+def b_short() -> None:
+    _span("b_short", 0.05)
+
+
+@dg.asset
+def z_long() -> None:
+    _span("z_long", 0.05)
+
+
+@dg.asset(deps=[z_long])
+def z_next() -> None:
+    _span("z_next", 0.05)
+
+
+def job(*assets) -> dg.JobDefinition:
+    return dg.Definitions(assets=list(assets), jobs=[dg.define_asset_job("test_job")]).resolve_job_def("test_job")
+
+
+def run(job_def: dg.JobDefinition, threads: int, instance: dg.DagsterInstance | None = None):
+    SPANS.clear()
+    BARRIER[:] = [threading.Barrier(2, timeout=3)]
+    return execute(job_def, threads, instance or dg.DagsterInstance.ephemeral(), str(uuid.uuid4()),
+                   run_config={}, tags={})
+
+
+def test_independent_steps_run_at_once_and_their_dependents_after():
+    result = run(job(left, right, after), threads=2)
+    assert result.success  # left and right met at the barrier: they ran at the same time
+    assert SPANS["after"][0] >= max(SPANS["left"][1], SPANS["right"][1])
+
+
+def test_one_thread_runs_one_step_at_a_time():
+    result = run(job(a_short, b_short, z_long, z_next), threads=1)
+    assert result.success
+    spans = sorted(SPANS.values())
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+
+
+def test_a_failed_step_skips_what_depends_on_it_and_the_other_branch_completes():
+    result = run(job(broken, below_broken, a_short, b_short), threads=2)
+    assert not result.success
+    failed = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE}
+    succeeded = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_SUCCESS}
+    assert failed == {"broken"} and succeeded == {"a_short", "b_short"}
+    assert "below_broken" not in SPANS
+
+
+def test_the_step_on_the_longest_path_starts_first_and_the_times_are_kept():
+    instance = dg.DagsterInstance.ephemeral()
+    # as the last runs left them: the z chain is slow, the short ones quick
+    instance.run_storage.set_cursor_values({"flywheel/step_seconds/test_job": json.dumps(
+        {"a_short": 0.1, "b_short": 0.1, "z_long": 2.0, "z_next": 2.0})})
+    result = run(job(a_short, b_short, z_long, z_next), threads=2, instance=instance)
+    assert result.success
+    first = min(SPANS, key=lambda name: SPANS[name][0])
+    assert first == "z_long"  # by name order it would be a_short
+    kept = StepTimes(instance, "test_job").seconds
+    # each weight is the mean of the one before and this run's time (~0.05 s a step and more)
+    assert 1.0 < kept["z_long"] < 1.5 and 0.05 < kept["a_short"] < 0.5
+
+
+# --------------------------------------------------------------------------- shared state
+
+
+def test_the_writer_lock_is_held_until_the_last_thread_leaves(settings):
+    lock_file = settings.state_dir / "writer.lock"
+    probe = ("import fcntl, sys; f = open(sys.argv[1], 'a+')\n"
+             "try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "except OSError: sys.exit(3)")
+
+    def other_process_can_lock() -> bool:
+        code = subprocess.run([sys.executable, "-c", probe, str(lock_file)]).returncode
+        assert code in (0, 3)
+        return code == 0
+
+    entered, release = threading.Event(), threading.Event()
+
+    def second_holder():
+        with writer_lock(settings):
+            entered.set()
+            release.wait(10)
+
+    with ThreadPoolExecutor(1) as pool:
+        with writer_lock(settings):
+            held = pool.submit(second_holder)
+            assert entered.wait(10)
+        # the first holder left; the second still holds it
+        assert not other_process_can_lock()
+        release.set()
+        held.result()
+    assert other_process_can_lock()
+
+
+def test_each_thread_gets_its_own_connection_to_the_one_state_database(settings):
+    with shared_state(settings):
+        with state_connection(settings) as main:
+            main.execute("create table t as select 1 as x")
+            main.execute("create temp table mine as select 'main' as who")
+
+        def in_thread():
+            with state_connection(settings) as con:
+                assert con is not main
+                con.execute("create temp table mine as select 'thread' as who")  # no clash: its own
+                return con.execute("select (select x from t), (select who from mine)").fetchone()
+
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(in_thread).result() == (1, "thread")
+        with state_connection(settings) as again:
+            assert again is main and again.execute("select who from mine").fetchone() == ("main",)
+
+
+def test_steps_recording_the_run_at_once_add_up(settings):
+    """Each step adds its counts to the run's one row; at once, they must not conflict."""
+    with shared_state(settings):
+        with state_connection(settings) as con:
+            prepare_state(con)
+            record_run(con, "r", mode="incremental")
+
+        def step(source: str) -> None:
+            with state_connection(settings) as con:
+                for _ in range(40):
+                    record_run(con, "r", mode="incremental", source=source, counts={"lines": 1, "loaded": 1})
+
+        with ThreadPoolExecutor(2) as pool:
+            for done in [pool.submit(step, s) for s in ("feedback", "outcomes")]:
+                done.result()
+        with state_connection(settings) as con:
+            assert con.execute("select lines_read, rows_loaded, list_sort(sources) from ingest.runs").fetchone() \
+                == (80, 80, ["feedback", "outcomes"])
+
+
+def test_prepared_state_holds_every_shared_table_before_the_steps(settings):
+    """Two steps creating one table at once conflict: prepare_state creates the shared ones, and a
+    whole run afterwards creates no other table in the bookkeeping schemas than the per-step ones."""
+    from dagster_project.pipeline import run_pipeline
+
+    write_lines(settings.raw_dir / "interactions" / "2026-02-26.jsonl", [dumps(interaction(i)) for i in range(1, 6)])
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(settings.state_db))
+    prepare_state(con)
+    listed = "select schema_name || '.' || table_name from duckdb_tables() where schema_name in ('ingest', 'lineage')"
+    before = {r[0] for r in con.execute(listed).fetchall()}
+    con.close()
+    assert run_pipeline(replace(settings, pseudonym_key="k")).success
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    created = {r[0] for r in con.execute(listed).fetchall()} - before
+    con.close()
+    # each of these is written by one step only (its source's staging, the labels, the training sets)
+    per_step = {t for t in created if t.startswith("lineage.staging_excluded_")
+                or t in ("lineage.label_builds", "lineage.label_changes", "lineage.label_inputs",
+                         "lineage.prompt_keys", "lineage.training_weighted_inputs")}
+    assert created == per_step, created - per_step
+
+
+def test_threads_racing_for_the_pseudonym_key_get_one_key(tmp_path):
+    path = tmp_path / "state" / "pseudonym.key"
+    start = threading.Barrier(8)
+
+    def get():
+        start.wait()
+        return load_or_create_key(None, path)
+
+    with ThreadPoolExecutor(8) as pool:
+        got = [f.result() for f in [pool.submit(get) for _ in range(8)]]
+    assert len({key for key, _ in got}) == 1
+    assert sum(created for _, created in got) == 1
+    assert list(path.parent.iterdir()) == [path]  # no temp file left
+
+
+@pytest.mark.slow
+def test_one_thread_or_two_publish_the_same_snapshot(sample_run, tmp_path):
+    """The sample lake run with steps one at a time publishes the very datasets `flywheel run` did
+    with two at once (same rows, hashed per file)."""
+    import os
+    import shutil
+
+    settings, _ = sample_run
+    root = tmp_path / "one-thread"
+    shutil.copytree(settings.raw_dir, root / "raw")
+    env = {"FLYWHEEL_RAW_DIR": str(root / "raw"), "FLYWHEEL_WAREHOUSE": str(root / "warehouse.duckdb"),
+           "FLYWHEEL_EXPORT_DIR": str(root / "exports"), "FLYWHEEL_AS_OF": str(settings.as_of),
+           "FLYWHEEL_PSEUDONYM_KEY": "test-key", "FLYWHEEL_STEP_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "dagster_project.cli", "run"], cwd=root,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    two = read_manifest(settings.export_dir)["datasets"]
+    one = read_manifest(root / "exports")["datasets"]
+    assert set(one) == set(two)
+    con = duckdb.connect()
+    for path, entry in one.items():
+        if entry["table"].startswith("ingest."):
+            continue  # the run log: run ids and times differ
+        columns = [c["name"] for c in entry["columns"]]
+        if not any(c.endswith("run_id") for c in columns):
+            assert (entry["rows"], entry["content_hash"]) == (two[path]["rows"], two[path]["content_hash"]), path
+            continue
+        # staging keeps the id of the run that ingested each row: every other column is the same
+        kept = ", ".join(f'"{c}"' for c in columns if not c.endswith("run_id"))
+        a, b = (f"select {kept} from read_parquet('{d / 'current' / path}/*.parquet')"
+                for d in (settings.export_dir, root / "exports"))
+        differing = con.execute(f"select count(*) from (({a} except all {b}) union all ({b} except all {a}))").fetchone()
+        assert (entry["rows"], differing) == (two[path]["rows"], (0,)), path

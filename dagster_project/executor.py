@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from functools import partial
 
 import dagster as dg
@@ -43,12 +44,16 @@ from dagster._core.execution.api import ExecuteRunWithPlanIterable
 from dagster._core.execution.compute_logs import create_compute_log_file_key
 from dagster._core.execution.context.system import PlanExecutionContext, PlanOrchestrationContext
 from dagster._core.execution.context_creation_job import PlanExecutionContextManager
-from dagster._core.execution.plan.execute_plan import (_trigger_hook, dagster_event_sequence_for_step,
+from dagster._core.execution.plan.execute_plan import (_handle_compute_log_setup_error,
+                                                       _handle_compute_log_teardown_error, _trigger_hook,
+                                                       dagster_event_sequence_for_step,
                                                        inner_plan_execution_iterator)
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.execution.retries import RetryMode
 from dagster._core.executor.base import Executor
+
+from dagster_project.state import interrupt_statements
 
 DEFAULT_THREADS = 2
 POLL_SECONDS = 0.5  # how often the waiting thread looks for an interrupt (Ctrl-C, a termination)
@@ -113,14 +118,14 @@ def _run_steps(job_context: PlanExecutionContext, execution_plan: ExecutionPlan,
     sort_key = lambda step: (-rank.get(step.key, 0.0), steps_in_order.index(step.key))  # noqa: E731
     compute_logs = job_context.instance.compute_log_manager
     events: queue.Queue = queue.Queue()
-    running: dict[str, tuple] = {}
+    running: dict[str, Running] = {}
 
     def work(key: str, step_context) -> None:
         try:
             for event in dagster_event_sequence_for_step(step_context):
                 events.put(("event", key, event))
             events.put(("done", key, None))
-        except BaseException:  # a framework error: re-raised by the run's thread, as in process
+        except BaseException:  # a framework error: re-raised once the other steps are done
             events.put(("error", key, sys.exc_info()))
 
     with execution_plan.start(retry_mode=job_context.retry_mode, sort_key_fn=sort_key,
@@ -128,48 +133,80 @@ def _run_steps(job_context: PlanExecutionContext, execution_plan: ExecutionPlan,
                               step_dependency_config=job_context.step_dependency_config) as active, \
             ExitStack() as capture, \
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flywheel-step") as pool:
-        log_key = compute_logs.build_log_key_for_run(job_context.run_id, create_compute_log_file_key())
-        yield DagsterEvent.capture_logs(job_context, steps_in_order, log_key,
-                                        capture.enter_context(compute_logs.capture_logs(log_key)))
-        interrupted = False
-        while running or not (active.is_complete or interrupted):
-            if not interrupted and active.check_for_interrupts():
-                # Threads cannot be stopped mid-step: the running steps finish (each commits or
-                # rolls back whole), no other starts.
-                interrupted = True
+        try:
+            log_key = compute_logs.build_log_key_for_run(job_context.run_id, create_compute_log_file_key())
+            yield DagsterEvent.capture_logs(job_context, steps_in_order, log_key,
+                                            capture.enter_context(compute_logs.capture_logs(log_key)))
+        except Exception:
+            yield from _handle_compute_log_setup_error(job_context, sys.exc_info())
+        stopping = False  # interrupted, or a step raised: no step starts, the running ones finish
+        error = None
+        while running or not (active.is_complete or stopping):
+            if not stopping and active.check_for_interrupts():
+                stopping = True
                 active.mark_interrupted()
-                yield DagsterEvent.engine_event(job_context, "Interrupted: waiting for the running steps",
+                yield DagsterEvent.engine_event(job_context, "Interrupted: stopping the running steps",
                                                 EngineEventData.interrupted(list(running)))
-            if not interrupted and len(running) < threads and not active.is_complete:
+            if stopping and running and error is None:
+                # A thread cannot be stopped from outside: its statement in DuckDB can. Each poll
+                # interrupts what the running steps execute, until they fail and end.
+                interrupt_statements()
+            if not stopping and len(running) < threads and not active.is_complete:
                 for step in active.get_steps_to_execute(limit=threads - len(running)):
                     step_context = job_context.for_step(step, active.get_known_state())
-                    running[step.key] = (step_context, [], time.monotonic())
+                    running[step.key] = Running(step_context, time.monotonic())
                     pool.submit(work, step.key, step_context)
                 yield from active.concurrency_event_iterator(job_context)
             if not running:
-                if not (active.is_complete or interrupted):
+                if not (active.is_complete or stopping):
                     active.sleep_til_ready()
                 continue
             try:
                 kind, key, payload = events.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 continue
+            step = running[key]
             if kind == "error":
-                raise payload[1].with_traceback(payload[2])
-            step_context, step_events, started = running[key]
+                del running[key]
+                error, stopping = error or payload, True
+                continue
             if kind == "event":
-                step_events.append(payload)
+                step.events.append(payload)
                 yield payload
-                active.handle_event(payload)
+                if payload.is_step_up_for_retry:
+                    # told once the attempt has ended: told now, the plan would start the next
+                    # attempt while this one still runs (Dagster's loop tells it at that point too)
+                    step.retry = payload
+                else:
+                    active.handle_event(payload)
                 continue
             del running[key]
-            times.took(key, time.monotonic() - started)
+            times.took(key, time.monotonic() - step.started)
+            if step.retry is not None:
+                active.handle_event(step.retry)
             active.verify_complete(job_context, key)
             for event in active.plan_events_iterator(job_context):  # skips after a failure
-                step_events.append(event)
+                step.events.append(event)
                 yield event
-            yield from _trigger_hook(step_context, step_events)
+            yield from _trigger_hook(step.context, step.events)
+        if error is not None:
+            raise error[1].with_traceback(error[2])
         times.save()
+        try:
+            capture.close()
+        except Exception:
+            yield from _handle_compute_log_teardown_error(job_context, sys.exc_info())
+
+
+@dataclass
+class Running:
+    """A step on a worker thread: its context, its events so far, when it started, and its retry
+    request (``STEP_UP_FOR_RETRY``), told to the plan once the attempt has ended."""
+
+    context: object
+    started: float
+    events: list = field(default_factory=list)
+    retry: DagsterEvent | None = None
 
 
 def critical_path(execution_plan: ExecutionPlan, seconds: dict[str, float]) -> dict[str, float]:

@@ -27,6 +27,7 @@ import hmac
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -249,9 +250,7 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
         sha = hashlib.sha256(payload).hexdigest()
         target = store.root / "objects" / sha[:2] / f"{sha}.zst"
         if not target.exists():
-            import pyarrow as pa
-
-            bronze_mod._atomic_write(target, len(payload).to_bytes(8, "little") + pa.compress(payload, "zstd", asbytes=True))
+            bronze_mod._atomic_write(target, bronze_mod._blob(payload))
         for e in entries:
             e.offset, e.length, e.sha256 = moved[(e.offset, e.length)]
             e.object = sha
@@ -268,7 +267,11 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
 
 def collect_objects(settings: Settings) -> int:
     """Delete bronze objects no segment names (the erased subject's old bytes)."""
-    root = bronze_mod.bronze_dir(settings)
+    with bronze_mod.OBJECTS_LOCK:  # no other step's object is between its write and its segment
+        return _collect(bronze_mod.bronze_dir(settings))
+
+
+def _collect(root: Path) -> int:
     named = set()
     for seg in root.glob("*/*.jsonl"):
         if seg.parent.name == "objects":
@@ -412,9 +415,15 @@ def retention_condition(specs: list[SourceSpec], settings: Settings):
 # --------------------------------------------------------------------------- audit
 
 
+_ERASURES = threading.Lock()  # two sources' steps may record retention at once (executor)
+
+
 def record_erasure(con: duckdb.DuckDBPyConnection, kind: str, rows: dict[str, dict[str, int]],
                    snapshots: int = 0) -> None:
-    con.execute(SCHEMA)
+    """Rows in ``ingest.erasures``, created by the first erasure (not published before): under a
+    lock, so that two steps never both create it."""
+    with _ERASURES:
+        con.execute(SCHEMA)
     at = datetime.now(timezone.utc)
     for source, c in sorted(rows.items()):
         con.execute("insert into ingest.erasures values (?, ?, ?, ?, ?, ?, ?, ?)",

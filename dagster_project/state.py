@@ -29,6 +29,10 @@ class WarehouseBusy(RuntimeError):
     pass
 
 
+class RunInterrupted(RuntimeError):
+    """A step whose statements were interrupted because the run was (Ctrl-C, a termination)."""
+
+
 class _Held:
     """The writer lock as this process holds it: the open lock file and how many hold it."""
 
@@ -123,6 +127,12 @@ class _Shared:
                 self.cursors.append(cursor)
         return cursor
 
+    def interrupt(self) -> None:
+        """Interrupt what the other threads' cursors are executing (their step then fails)."""
+        with self.guard:
+            for cursor in self.cursors:
+                cursor.interrupt()
+
     def close_cursors(self) -> None:
         with self.guard:
             for cursor in self.cursors:
@@ -131,6 +141,16 @@ class _Shared:
 
 
 _shared: dict[str, _Shared] = {}  # state db -> the connection of an in-process run
+
+
+_interrupted = threading.Event()  # set when the run's statements were interrupted
+
+
+def interrupt_statements() -> None:
+    """Interrupt the statements the steps on other threads are executing (an interrupted run)."""
+    _interrupted.set()
+    for shared in list(_shared.values()):
+        shared.interrupt()
 
 
 @contextmanager
@@ -143,11 +163,13 @@ def shared_state(settings: Settings) -> Iterator[None]:
     with state_connection(settings) as con:  # opened before it is shared: a connection of its own
         shared = _Shared(con)
         _shared[key] = shared
+        _interrupted.clear()
         try:
             yield
         finally:
             _shared.pop(key, None)
             shared.close_cursors()
+            _interrupted.clear()
 
 
 @contextmanager
@@ -160,8 +182,11 @@ def state_connection(settings: Settings, *, lock: bool = True) -> Iterator[duckd
         with writer_lock(settings):
             try:
                 yield con
-            except BaseException:
+            except BaseException as exc:
                 _rollback(con)  # a step that failed mid-transaction must not poison the next
+                if _interrupted.is_set() and isinstance(exc, duckdb.Error):
+                    raise RunInterrupted("interrupted (Ctrl-C or a termination signal): its unfinished "
+                                         "transaction was rolled back") from exc
                 raise
         return
     guard = writer_lock(settings) if lock else _nothing()

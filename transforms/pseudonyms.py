@@ -110,10 +110,12 @@ def load_or_create_key(env_value: str | None, key_path: Path) -> tuple[bytes, bo
             os.link(tmp, key_path)
         except FileExistsError:
             return _read_key(key_path), False
-        except OSError:  # a file system without hard links: rename, unless a key appeared meanwhile
+        except OSError:  # a file system without hard links: rename, and use whichever key won
             if key_path.exists():
                 return _read_key(key_path), False
             os.replace(tmp, key_path)
+            kept = _read_key(key_path)
+            return kept, kept == text.encode("utf-8")
     finally:
         tmp.unlink(missing_ok=True)
     return text.encode("utf-8"), True

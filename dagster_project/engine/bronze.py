@@ -21,12 +21,20 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
 from dagster_project.settings import Settings
+
+
+# Held while a batch writes its object and then the segment that names it, and while
+# ``privacy.collect_objects`` lists segments and deletes the objects none names: two sources'
+# steps run at once (executor), and a collection between another step's object and its segment
+# would delete bytes that step then records.
+OBJECTS_LOCK = threading.Lock()
 
 
 @dataclass
@@ -89,19 +97,22 @@ class Bronze:
             e.sha256 = e.sha256 or hashlib.sha256(view).hexdigest()  # the reader's, when it hashed these bytes
             parts.append(view)
             pos += view.nbytes
+        target = payload = blob = None
         if parts:
             payload = b"".join(parts)
             sha = hashlib.sha256(payload).hexdigest()
             target = self.root / "objects" / sha[:2] / f"{sha}.zst"
-            if not target.exists():
-                compressed = pa.compress(payload, "zstd", asbytes=True)
-                _atomic_write(target, len(payload).to_bytes(8, "little") + compressed)
+            if not target.exists():  # compressed before the lock: other sources' writes go on
+                blob = _blob(payload)
             for e in entries:
                 if e.data is not None:
                     e.object = sha
-            del payload
         text = "".join(e.to_json() + "\n" for e in entries)
-        _atomic_write(self.dir / f"{entries[0].seq:012d}.jsonl", text.encode("utf-8"))
+        with OBJECTS_LOCK:  # the object and the segment naming it, with no collection in between
+            if target is not None and not target.exists():
+                _atomic_write(target, blob if blob is not None else _blob(payload))
+            _atomic_write(self.dir / f"{entries[0].seq:012d}.jsonl", text.encode("utf-8"))
+        del payload, blob
 
     def payload(self, entry: Entry) -> memoryview | None:
         if entry.object is None:
@@ -113,6 +124,11 @@ class Bronze:
             data = pa.decompress(blob[8:], size, "zstd", asbytes=True)
             self._objects = {entry.object: data}  # keep one object: replay walks them in order
         return memoryview(data)[entry.offset:entry.offset + entry.length]  # no copy
+
+
+def _blob(payload: bytes) -> bytes:
+    """An object file: the payload's length (8 bytes, little-endian), then the payload in zstd."""
+    return len(payload).to_bytes(8, "little") + pa.compress(payload, "zstd", asbytes=True)
 
 
 def _atomic_write(target: Path, data: bytes) -> None:

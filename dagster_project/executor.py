@@ -14,8 +14,8 @@ created before the first step (``pipeline.prepare_state``), so their transaction
 conflict.
 
 Order: of the steps ready to start, the one with the longest path to the end of the run starts
-first, each step weighted by its recent times (``StepTimes``: the mean of its last run's time
-and its earlier weight, kept in the Dagster instance; 1 each before any run). The chain
+first, each step weighted by its recent times (``StepTimes``: its last time, or 0.9 of its
+weight before when that is more, kept in the Dagster instance; 1 each before any run). The chain
 interactions → staging → labels → training sets → snapshot is the long pole of a daily run;
 started first, the other branches fill the second thread around it. The weights only order the
 steps: any order gives the same result.
@@ -226,11 +226,15 @@ def critical_path(execution_plan: ExecutionPlan, seconds: dict[str, float]) -> d
     return rank
 
 
+DECAY = 0.9  # a step's weight falls by a tenth a run, unless the run took longer
+
+
 class StepTimes:
-    """Each step's weight for the order: the mean of its time in the last run that ran it and its
-    weight before (its first time, the first time), in the instance's key-value store (one small
-    read and write a run). A mean rather than the last time alone: after a full refresh and a
-    no-op, the heavy steps of the full refresh still weigh most."""
+    """Each step's weight for the order: its time in the last run that ran it, or 0.9 of its
+    weight before when that is more, in the instance's key-value store (one small read and
+    write a run). Heavy steps stay heavy through a series of no-op runs: the steps a full
+    refresh or a daily run spends its time in are the same (interactions, training sets,
+    snapshot), and a no-op, where every step is quick, barely cares about the order."""
 
     def __init__(self, instance, job_name: str):
         self.instance, self.key = instance, f"flywheel/step_seconds/{job_name}"
@@ -248,7 +252,7 @@ class StepTimes:
     def save(self) -> None:
         merged = dict(self.seconds)
         for step, seconds in self.new.items():
-            merged[step] = round((merged.get(step, seconds) + seconds) / 2, 4)
+            merged[step] = round(max(seconds, DECAY * merged.get(step, 0.0)), 4)
         try:
             self.instance.run_storage.set_cursor_values({self.key: json.dumps(merged, sort_keys=True)})
         except Exception:  # noqa: BLE001 - the next run orders with the older weights

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from dagster_project.executor import threaded_executor
 from dagster_project.resources import FlywheelResource
 
 # No network: never send telemetry (GX reads this when a context is created).
@@ -17,8 +18,8 @@ def load_definitions() -> dg.Definitions:
         dg.load_from_defs_folder(path_within_project=Path(__file__).parent),
         dg.Definitions(
             resources={"flywheel": FlywheelResource()},
-            # One DuckDB writer: run a job's steps in one process, one after another.
-            executor=dg.in_process_executor,
+            # One DuckDB writer process: a job's steps run in it, independent ones at once on threads.
+            executor=threaded_executor,
         ),
     )
 

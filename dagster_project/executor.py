@@ -11,7 +11,8 @@ and macros, exactly as when it ran alone.
 Steps that run together write different tables; the rows they share are the run's own record
 (``ingest.runs``, updated under a lock in ``state.record_run``) and the bookkeeping tables
 created before the first step (``pipeline.prepare_state``), so their transactions never
-conflict.
+conflict; on disk, a bronze object and its segment are written with no collection between them
+(``bronze.OBJECTS_LOCK``).
 
 Order: of the steps ready to start, the one with the longest path to the end of the run starts
 first, each step weighted by its recent times (``StepTimes``: its last time, or 0.9 of its
@@ -20,9 +21,15 @@ interactions → staging → labels → training sets → snapshot is the long p
 started first, the other branches fill the second thread around it. The weights only order the
 steps: any order gives the same result.
 
-Measured on the 1M-interaction bench lake (two cores): a +1% run 6.4–6.7 → 5.2–5.6 s, a full
-refresh 41.5 → 38.4 s; a no-op, whose time is Dagster's own Python, does not change. More
-threads than cores gained nothing (3 and 4 were measured).
+It is the job's executor (``dg launch``, the schedule, the sensor) and ``flywheel run``'s: the
+``flywheel`` resource (or ``flywheel run``) opens the state database once per run, before the
+first step. Ctrl-C or a termination cannot stop a thread: the running steps' DuckDB statements
+are interrupted (``state.interrupt_statements``), so those steps fail and no other starts.
+
+Measured on the 1M-interaction bench lake (two cores, interleaved with the code before, four
+rounds each): a +1% run 7.9–8.6 → 6.6–7.2 s, over a no-op 2.6–3.2 → 1.7–2.2 s; a no-op, whose
+time is mostly Dagster's own Python, 5.2–5.5 → 4.6–5.3 s; a full refresh 54–58 → 47–53 s, with
+peak RSS 2.1–2.2 → 2.4–2.7 GB. More threads than cores gained nothing (3 and 4 were measured).
 """
 
 from __future__ import annotations
@@ -61,12 +68,21 @@ POLL_SECONDS = 0.5  # how often the waiting thread looks for an interrupt (Ctrl-
 
 @dg.executor(
     name="flywheel_threads",
-    config_schema={"threads": dg.Field(int, default_value=DEFAULT_THREADS,
-                                       description="Steps run at once (1: one after another).")},
+    config_schema={"threads": dg.Field(int, is_required=False,
+                                       description="Steps run at once (1: one after another); "
+                                                   "default FLYWHEEL_STEP_THREADS, else 2.")},
 )
 def threaded_executor(init_context) -> ThreadedExecutor:
     """Run independent steps of a run at once, on threads of the run's process."""
-    return ThreadedExecutor(threads=init_context.executor_config["threads"])
+    threads = init_context.executor_config.get("threads")
+    if threads is None:
+        from dagster_project.settings import Settings, SettingsError
+
+        try:
+            threads = Settings.from_env().step_threads
+        except SettingsError:  # the steps fail naming the bad setting
+            threads = DEFAULT_THREADS
+    return ThreadedExecutor(threads=threads)
 
 
 class ThreadedExecutor(Executor):

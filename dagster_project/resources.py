@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
 import duckdb
+from pydantic import PrivateAttr
 
 from dagster_project.settings import Settings, SettingsError
 from dagster_project.sources import load_sources
-from dagster_project.state import state_connection
+from dagster_project.state import is_shared, shared_state, state_connection
 from transforms.spec import SourceSpec
 
 
@@ -27,6 +28,37 @@ class FlywheelResource(dg.ConfigurableResource):
     warehouse: str | None = None
     export_dir: str | None = None
     sources_file: str | None = None
+    _run_state: ExitStack | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """A run (not a sensor's or schedule's evaluation) opens the state database once, for
+        all its steps, as ``flywheel run`` does: one connection, a cursor of it for each step
+        thread (``executor``), the shared bookkeeping tables created before the first step. A
+        setting that cannot work is left to the steps, which each fail naming it."""
+        if context.dagster_run is None:
+            return
+        try:
+            settings = self.checked_settings()
+        except dg.Failure:
+            return
+        if is_shared(settings):  # flywheel run holds it already
+            return
+        from dagster_project.pipeline import prepare_state
+
+        stack = ExitStack()
+        try:
+            stack.enter_context(shared_state(settings))
+            with state_connection(settings) as con:
+                prepare_state(con)
+        except BaseException:
+            stack.close()
+            raise
+        self._run_state = stack
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._run_state is not None:
+            self._run_state.close()
+            self._run_state = None
 
     def settings(self) -> Settings:
         try:

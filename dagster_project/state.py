@@ -146,6 +146,11 @@ _shared: dict[str, _Shared] = {}  # state db -> the connection of an in-process 
 _interrupted = threading.Event()  # set when the run's statements were interrupted
 
 
+def is_shared(settings: Settings) -> bool:
+    """Whether this process holds a run's shared connection to ``settings``' state database."""
+    return os.path.abspath(settings.state_db) in _shared
+
+
 def interrupt_statements() -> None:
     """Interrupt the statements the steps on other threads are executing (an interrupted run)."""
     _interrupted.set()

@@ -37,10 +37,10 @@ def ingest_and_staging_assets():
     return defs, keys
 
 
-def test_definitions_have_a_job_schedule_sensor_and_in_process_executor():
+def test_definitions_have_a_job_schedule_sensor_and_the_threaded_executor():
     defs = load_definitions()
     job = defs.resolve_job_def("flywheel_job")
-    assert job.executor_def.name == "in_process"
+    assert job.executor_def.name == "flywheel_threads"
     assert defs.resolve_schedule_def("flywheel_daily").cron_schedule == "0 3 * * *"
     assert defs.resolve_sensor_def("flywheel_new_files") is not None
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
@@ -48,6 +48,38 @@ def test_definitions_have_a_job_schedule_sensor_and_in_process_executor():
                    "weighted_queue", "weighted_ratings", "eventlog", "signals"):
         assert f"ingest/{source}" in keys and f"staging/{source}" in keys
     assert "staging/weighted_examples" in keys
+
+
+def flywheel_job():
+    return load_definitions().resolve_job_def("flywheel_job")
+
+
+@pytest.mark.slow
+def test_a_run_dagster_launches_shares_one_state_connection_across_its_step_threads(lake, monkeypatch):
+    """As the daemon runs the schedule: the job's own executor and resource, no `flywheel run`
+    around it. The resource opens the state database once for the run; the steps run two at a
+    time on cursors of it, and the run publishes."""
+    from dagster_project.publishing.snapshot import read_manifest
+
+    for name, value in (("FLYWHEEL_RAW_DIR", lake.raw_dir), ("FLYWHEEL_WAREHOUSE", lake.warehouse),
+                        ("FLYWHEEL_EXPORT_DIR", lake.export_dir), ("FLYWHEEL_PSEUDONYM_KEY", "k"),
+                        ("FLYWHEEL_SESSION_RETENTION_DAYS", "3650")):
+        monkeypatch.setenv(name, str(value))
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.execute_job(dg.reconstructable(flywheel_job), instance=instance)
+        assert result.success
+        engine = [e.message for e in result.all_events if e.event_type == dg.DagsterEventType.ENGINE_EVENT]
+    assert any("on 2 threads" in (m or "") for m in engine)
+    manifest = read_manifest(lake.export_dir)
+    assert manifest["run_id"] == result.run_id and manifest["datasets"]["internal/staging.interactions"]["rows"] == 3
+    import duckdb
+
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    try:  # every ingest step added to the run's one row
+        assert con.execute("select status, lines_read, len(sources) from ingest.runs where run_id = ?",
+                           [result.run_id]).fetchone() == ("success", 6, 9)
+    finally:
+        con.close()
 
 
 def test_assets_materialise_with_metadata_and_checks(lake):

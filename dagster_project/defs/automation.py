@@ -7,6 +7,7 @@ import json
 import dagster as dg
 
 from dagster_project.engine import discover
+from dagster_project.executor import threaded_executor
 from dagster_project.resources import FlywheelResource
 from dagster_project.settings import Settings
 from dagster_project.sources import load_sources
@@ -20,7 +21,7 @@ flywheel_job = dg.define_asset_job(
     selection=dg.AssetSelection.all(),
     description="Ingest every source, stage, build marts and exports, validate, publish.",
     tags=RUN_TAGS,
-    executor_def=dg.in_process_executor,
+    executor_def=threaded_executor,
 )
 
 daily_schedule = dg.ScheduleDefinition(

@@ -63,6 +63,7 @@ from dagster._core.executor.base import Executor
 from dagster_project.state import interrupt_statements
 
 DEFAULT_THREADS = 2
+MAX_THREADS = 16
 POLL_SECONDS = 0.5  # how often the waiting thread looks for an interrupt (Ctrl-C, a termination)
 
 
@@ -87,8 +88,9 @@ def threaded_executor(init_context) -> ThreadedExecutor:
 
 class ThreadedExecutor(Executor):
     def __init__(self, threads: int = DEFAULT_THREADS):
-        if threads < 1:
-            raise ValueError(f"threads must be at least 1, got {threads}")
+        if not 1 <= threads <= MAX_THREADS:  # as FLYWHEEL_STEP_THREADS; a Dagster error fails the run cleanly
+            raise dg.DagsterInvariantViolationError(
+                f"executor config threads={threads}: use a whole number from 1 (one step at a time) to {MAX_THREADS}")
         self.threads = threads
 
     @property

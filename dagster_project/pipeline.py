@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import uuid
@@ -221,6 +222,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             # The run's row exists before any step: its mode and warnings survive the steps'
             # updates (they keep the first mode unless a full refresh) and reach the publish.
             prepare_state(con)
+            record_pending_failures(con, settings)
             record_run(con, run_id, mode=mode, warnings=warnings)
         if replay:
             forget_files(settings, replay)
@@ -276,13 +278,36 @@ def short_error(failure_data) -> str:
     return error.message.strip() if error is not None else "unknown error"
 
 
-def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "incremental") -> None:
-    """Record a failed run in ``ingest.runs`` (the current snapshot stays current)."""
+PENDING_FAILURES = "failed_runs"  # under the state dir: failures recorded by the next run
+
+
+def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "incremental",
+                wait_seconds: float = 600) -> None:
+    """Record a failed run in ``ingest.runs`` (the current snapshot stays current). When another
+    run holds the database for longer than ``wait_seconds`` (the failure sensor cannot wait for a
+    whole run), the failure is left in a file that the next run records first."""
     if not settings.state_db.exists():
         return
     from dagster_project.engine import ensure_schema
+    from dagster_project.state import WarehouseBusy, record_run
+
+    try:
+        with writer_lock(settings, wait_seconds=wait_seconds), state_connection(settings) as con:
+            ensure_schema(con)
+            record_run(con, run_id, mode=mode, status="failed", error=error[:2000])
+    except WarehouseBusy:
+        pending = settings.state_dir / PENDING_FAILURES
+        pending.mkdir(parents=True, exist_ok=True)
+        tmp = pending / f".{run_id}.tmp"
+        tmp.write_text(json.dumps({"run_id": run_id, "mode": mode, "error": error[:2000]}), encoding="utf-8")
+        os.replace(tmp, pending / f"{run_id}.json")
+
+
+def record_pending_failures(con, settings: Settings) -> None:
+    """Record the failures ``mark_failed`` could not, while another run held the database."""
     from dagster_project.state import record_run
 
-    with state_connection(settings) as con:
-        ensure_schema(con)
-        record_run(con, run_id, mode=mode, status="failed", error=error[:2000])
+    for path in sorted((settings.state_dir / PENDING_FAILURES).glob("*.json")):
+        failure = json.loads(path.read_text(encoding="utf-8"))
+        record_run(con, failure["run_id"], mode=failure["mode"], status="failed", error=failure["error"])
+        path.unlink()

@@ -31,29 +31,28 @@ class FlywheelResource(dg.ConfigurableResource):
     _run_state: ExitStack | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        """A run (not a sensor's or schedule's evaluation) opens the state database once, for
-        all its steps, as ``flywheel run`` does: one connection, a cursor of it for each step
-        thread (``executor``), the shared bookkeeping tables created before the first step. A
-        setting that cannot work is left to the steps, which each fail naming it."""
-        if context.dagster_run is None:
+        """A run (not a sensor's or schedule's evaluation, nor a finished run's result) opens the
+        state database once, for all its steps, as ``flywheel run`` does: one connection, a
+        cursor of it for each step thread (``executor``), the shared bookkeeping tables created
+        before the first step. Settings that cannot even be read are left to the steps, which
+        each fail naming them."""
+        run = context.dagster_run
+        if run is None or run.is_finished:
             return
         try:
-            settings = self.checked_settings()
+            settings = self.settings()
         except dg.Failure:
             return
         if is_shared(settings):  # flywheel run holds it already
             return
-        from dagster_project.pipeline import prepare_state
+        from dagster_project.pipeline import prepare_state, record_pending_failures
 
-        stack = ExitStack()
-        try:
+        with ExitStack() as stack:  # a failure here leaves nothing open, and is what is raised
             stack.enter_context(shared_state(settings))
             with state_connection(settings) as con:
                 prepare_state(con)
-        except BaseException:
-            stack.close()
-            raise
-        self._run_state = stack
+                record_pending_failures(con, settings)
+            self._run_state = stack.pop_all()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._run_state is not None:

@@ -63,12 +63,21 @@ def test_a_run_dagster_launches_shares_one_state_connection_across_its_step_thre
 
     for name, value in (("FLYWHEEL_RAW_DIR", lake.raw_dir), ("FLYWHEEL_WAREHOUSE", lake.warehouse),
                         ("FLYWHEEL_EXPORT_DIR", lake.export_dir), ("FLYWHEEL_PSEUDONYM_KEY", "k"),
-                        ("FLYWHEEL_SESSION_RETENTION_DAYS", "3650")):
+                        ("FLYWHEEL_SESSION_RETENTION_DAYS", "3650"), ("FLYWHEEL_STEP_THREADS", "2")):
         monkeypatch.setenv(name, str(value))
+    from dagster_project.pipeline import PENDING_FAILURES
+
     with dg.DagsterInstance.ephemeral() as instance:
         result = dg.execute_job(dg.reconstructable(flywheel_job), instance=instance)
         assert result.success
-        engine = [e.message for e in result.all_events if e.event_type == dg.DagsterEventType.ENGINE_EVENT]
+        # `dg launch --job` then enters the result, which sets the resources up again for the
+        # finished run: that must not open the state (it would record this pending failure)
+        marker = lake.state_dir / PENDING_FAILURES / "earlier.json"
+        marker.parent.mkdir()
+        marker.write_text(json.dumps({"run_id": "earlier", "mode": "incremental", "error": "x"}))
+        with result:
+            engine = [e.message for e in result.all_events if e.event_type == dg.DagsterEventType.ENGINE_EVENT]
+        assert marker.exists()
     assert any("on 2 threads" in (m or "") for m in engine)
     manifest = read_manifest(lake.export_dir)
     assert manifest["run_id"] == result.run_id and manifest["datasets"]["internal/staging.interactions"]["rows"] == 3

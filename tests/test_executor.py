@@ -377,3 +377,29 @@ def test_an_interrupted_run_stops_the_statements_of_its_running_steps(settings):
         proc.wait()
     assert time.monotonic() - interrupted < 15, err[-2000:]
     assert "success False failures ['RunInterrupted']" in out, (out, err[-2000:])
+
+
+def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_recorded_next(settings):
+    """The next run may hold the writer lock for its whole length: the failure sensor waits a
+    little, leaves the failure in a file, and the next run to open the state records it."""
+    from dagster_project.pipeline import PENDING_FAILURES, mark_failed, record_pending_failures
+
+    with state_connection(settings) as con:  # an earlier run made the state
+        prepare_state(con)
+        record_run(con, "failed-run", mode="incremental")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(30)"), str(settings.state_dir / "writer.lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        mark_failed(settings, "failed-run", "step x failed", wait_seconds=0.5)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [p.name for p in (settings.state_dir / PENDING_FAILURES).iterdir()] == ["failed-run.json"]
+    with state_connection(settings) as con:
+        record_pending_failures(con, settings)
+        assert con.execute("select status, error from ingest.runs where run_id = 'failed-run'").fetchone() \
+            == ("failed", "step x failed")
+    assert not any((settings.state_dir / PENDING_FAILURES).iterdir())

@@ -27,6 +27,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import threading
 from pathlib import Path
 
 import duckdb
@@ -82,6 +83,9 @@ def register(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
     )
 
 
+_CREATING = threading.Lock()  # two steps of one run may ask for the key at once
+
+
 def load_or_create_key(env_value: str | None, key_path: Path) -> tuple[bytes, bool]:
     """The pseudonym key and whether it was just created (the caller should warn then).
 
@@ -93,6 +97,13 @@ def load_or_create_key(env_value: str | None, key_path: Path) -> tuple[bytes, bo
     if env_value:
         return env_value.encode("utf-8"), False
     key_path = Path(key_path)
+    if key_path.exists():
+        return _read_key(key_path), False
+    with _CREATING:
+        return _create_key(key_path)
+
+
+def _create_key(key_path: Path) -> tuple[bytes, bool]:
     if key_path.exists():
         return _read_key(key_path), False
     key_path.parent.mkdir(parents=True, exist_ok=True)

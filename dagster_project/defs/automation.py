@@ -71,8 +71,12 @@ def new_files_sensor(context: dg.SensorEvaluationContext, flywheel: FlywheelReso
 def mark_failed_runs(context: dg.RunFailureSensorContext, flywheel: FlywheelResource):
     from dagster_project.pipeline import mark_failed
 
-    mark_failed(flywheel.settings(), context.dagster_run.run_id,
-                context.failure_event.message or "run failed")
+    data = context.failure_event.job_failure_data
+    error = (data.error.message.strip() if data is not None and data.error is not None else "") \
+        or context.failure_event.message or "run failed"
+    # The next run may hold the database already (one run at a time, queued): wait less than the
+    # sensor's own timeout; mark_failed leaves the failure for that run to record otherwise.
+    mark_failed(flywheel.settings(), context.dagster_run.run_id, error, wait_seconds=30)
 
 
 defs = dg.Definitions(

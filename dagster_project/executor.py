@@ -131,9 +131,10 @@ def _run_steps(job_context: PlanExecutionContext, execution_plan: ExecutionPlan,
     sequences run on worker threads: this thread starts steps, yields their events and tells
     the plan about them, in the order they happen."""
     steps_in_order = [step.key for step in execution_plan.get_steps_to_execute_in_topo_order()]
+    position = {key: i for i, key in enumerate(steps_in_order)}
     times = StepTimes(job_context.instance, job_context.dagster_run.job_name)
-    rank = critical_path(execution_plan, times.seconds)
-    sort_key = lambda step: (-rank.get(step.key, 0.0), steps_in_order.index(step.key))  # noqa: E731
+    rank = critical_path(execution_plan, steps_in_order, times.seconds)
+    sort_key = lambda step: (-rank.get(step.key, 0.0), position[step.key])  # noqa: E731
     compute_logs = job_context.instance.compute_log_manager
     events: queue.Queue = queue.Queue()
     running: dict[str, Running] = {}
@@ -227,12 +228,11 @@ class Running:
     retry: DagsterEvent | None = None
 
 
-def critical_path(execution_plan: ExecutionPlan, seconds: dict[str, float]) -> dict[str, float]:
-    """Step key -> its time plus the longest such path below it (a step without a time weighs 1
-    when no step has one, else the median of those known)."""
+def critical_path(execution_plan: ExecutionPlan, keys: list[str], seconds: dict[str, float]) -> dict[str, float]:
+    """Step key -> its time plus the longest such path below it, for ``keys`` in topological
+    order (a step without a time weighs 1 when no step has one, else the median of those known)."""
     known = sorted(seconds.values())
     default = known[len(known) // 2] if known else 1.0
-    keys = [step.key for step in execution_plan.get_steps_to_execute_in_topo_order()]
     below: dict[str, list[str]] = {key: [] for key in keys}
     for key, upstream in execution_plan.get_executable_step_deps().items():
         for up in upstream:
@@ -260,9 +260,9 @@ class StepTimes:
         self.new: dict[str, float] = {}
         try:
             stored = instance.run_storage.get_cursor_values({self.key}).get(self.key)
-            self.seconds = {k: float(v) for k, v in json.loads(stored).items()} if stored else {}
+            self.seconds = {k: float(v) for k, v in json.loads(stored or "{}").items()}
         except Exception:  # noqa: BLE001 - an order hint only: unreadable means no hint
-            self.seconds = {}
+            pass
 
     def took(self, step: str, seconds: float) -> None:
         self.new[step] = seconds

@@ -95,9 +95,10 @@ def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[No
             con.close()
 
 
-def prepare_state(con) -> None:
-    """The schemas and the bookkeeping tables every step shares, created before the steps: steps
-    that run at once must not both create one (DuckDB aborts the second transaction)."""
+def prepare_state(con, settings: Settings) -> None:
+    """Before a run's steps: the schemas and the bookkeeping tables every step shares (steps that
+    run at once must not both create one: DuckDB aborts the second transaction), and the
+    failures ``mark_failed`` left for this run to record."""
     from dagster_project import validation, versions
     from dagster_project.engine import ensure_schema
     from transforms import delta, staging
@@ -109,6 +110,7 @@ def prepare_state(con) -> None:
     validation.ensure_tables(con)
     delta.ensure(con)
     staging.ensure_tables(con)
+    record_pending_failures(con, settings)
 
 
 def execute(job: dg.JobDefinition, threads: int, instance: dg.DagsterInstance, run_id: str, *,
@@ -221,8 +223,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
         with state_connection(settings) as con:
             # The run's row exists before any step: its mode and warnings survive the steps'
             # updates (they keep the first mode unless a full refresh) and reach the publish.
-            prepare_state(con)
-            record_pending_failures(con, settings)
+            prepare_state(con, settings)
             record_run(con, run_id, mode=mode, warnings=warnings)
         if replay:
             forget_files(settings, replay)

@@ -45,13 +45,12 @@ class FlywheelResource(dg.ConfigurableResource):
             return
         if is_shared(settings):  # flywheel run holds it already
             return
-        from dagster_project.pipeline import prepare_state, record_pending_failures
+        from dagster_project.pipeline import prepare_state
 
         with ExitStack() as stack:  # a failure here leaves nothing open, and is what is raised
             stack.enter_context(shared_state(settings))
             with state_connection(settings) as con:
-                prepare_state(con)
-                record_pending_failures(con, settings)
+                prepare_state(con, settings)
             self._run_state = stack.pop_all()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

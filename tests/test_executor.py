@@ -205,7 +205,7 @@ def test_steps_recording_the_run_at_once_add_up(settings):
     """Each step adds its counts to the run's one row; at once, they must not conflict."""
     with shared_state(settings):
         with state_connection(settings) as con:
-            prepare_state(con)
+            prepare_state(con, settings)
             record_run(con, "r", mode="incremental")
 
         def step(source: str) -> None:
@@ -229,7 +229,7 @@ def test_prepared_state_holds_every_shared_table_before_the_steps(settings):
     write_lines(settings.raw_dir / "interactions" / "2026-02-26.jsonl", [dumps(interaction(i)) for i in range(1, 6)])
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(str(settings.state_db))
-    prepare_state(con)
+    prepare_state(con, settings)
     listed = "select schema_name || '.' || table_name from duckdb_tables() where schema_name in ('ingest', 'lineage')"
     before = {r[0] for r in con.execute(listed).fetchall()}
     con.close()
@@ -382,10 +382,10 @@ def test_an_interrupted_run_stops_the_statements_of_its_running_steps(settings):
 def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_recorded_next(settings):
     """The next run may hold the writer lock for its whole length: the failure sensor waits a
     little, leaves the failure in a file, and the next run to open the state records it."""
-    from dagster_project.pipeline import PENDING_FAILURES, mark_failed, record_pending_failures
+    from dagster_project.pipeline import PENDING_FAILURES, mark_failed
 
     with state_connection(settings) as con:  # an earlier run made the state
-        prepare_state(con)
+        prepare_state(con, settings)
         record_run(con, "failed-run", mode="incremental")
     holder = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
@@ -398,8 +398,8 @@ def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_re
         holder.kill()
         holder.wait()
     assert [p.name for p in (settings.state_dir / PENDING_FAILURES).iterdir()] == ["failed-run.json"]
-    with state_connection(settings) as con:
-        record_pending_failures(con, settings)
+    with state_connection(settings) as con:  # the next run
+        prepare_state(con, settings)
         assert con.execute("select status, error from ingest.runs where run_id = 'failed-run'").fetchone() \
             == ("failed", "step x failed")
     assert not any((settings.state_dir / PENDING_FAILURES).iterdir())

@@ -159,6 +159,32 @@ def interrupt_statements() -> None:
 
 
 @contextmanager
+def side_cursors(con: duckdb.DuckDBPyConnection, n: int) -> Iterator[list[duckdb.DuckDBPyConnection]]:
+    """``n`` more connections to ``con``'s database, for statements a step runs beside its own on
+    other threads (each with its own transactions and temp objects, in UTC like ``con``). An
+    interrupted run interrupts them too; they are closed on leaving."""
+    owner = next((shared for shared in _shared.values()
+                  if shared.con is con or any(c is con for c in shared.cursors)), None)
+    cursors: list[duckdb.DuckDBPyConnection] = []
+    try:
+        for _ in range(n):
+            cursor = con.cursor()
+            cursors.append(cursor)
+            cursor.execute("set TimeZone = 'UTC'")
+            if owner is not None:
+                with owner.guard:
+                    owner.cursors.append(cursor)
+        yield cursors
+    finally:
+        for cursor in cursors:
+            if owner is not None:
+                with owner.guard:
+                    if cursor in owner.cursors:
+                        owner.cursors.remove(cursor)
+            cursor.close()
+
+
+@contextmanager
 def shared_state(settings: Settings) -> Iterator[None]:
     """One connection for a whole in-process run: each step uses it (a step on another thread,
     a cursor of it) rather than opening the database and checkpointing it again (~40 ms a

@@ -144,10 +144,10 @@ def publish_state(tmp_path):
 
 def published(con, objects, planned) -> dict:
     """Write ``planned``'s files; the manifest entry they make."""
-    from dagster_project.publishing.parquet import commit_objects, write_objects
+    from dagster_project.publishing.parquet import commit_objects, write_all
 
     pending = {}
-    write_objects(con, planned, objects, {}, pending)
+    write_all([con], [planned], objects, {}, pending)
     commit_objects(pending, objects)
     return {"order_by": list(planned.dataset.order), "columns": planned.columns, "partition_sql": planned.part_sql,
             "partition_rule": planned.rule, "content_hash": planned.content_hash,

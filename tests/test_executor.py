@@ -201,6 +201,28 @@ def test_each_thread_gets_its_own_connection_to_the_one_state_database(settings)
             assert again is main and again.execute("select who from mine").fetchone() == ("main",)
 
 
+def test_side_cursors_of_a_step_are_interrupted_with_the_run_and_closed_after(settings):
+    """The publisher's extra connections: the run's interrupt reaches their statements, and they
+    are gone from the run's list once the step leaves them."""
+    import os
+
+    from dagster_project import state
+
+    with shared_state(settings):
+        with state_connection(settings) as con:
+            with state.side_cursors(con, 1) as (side,):
+                assert side is not con and side.execute("select current_setting('TimeZone')").fetchone() == ("UTC",)
+                with ThreadPoolExecutor(1) as pool:
+                    running = pool.submit(side.execute, "select count(*) from range(100000000000) a(i) "
+                                                        "where hash(i) = 0")
+                    time.sleep(0.3)
+                    state.interrupt_statements()
+                    with pytest.raises(duckdb.Error, match="(?i)interrupt"):
+                        running.result(timeout=60)
+            shared = state._shared[os.path.abspath(settings.state_db)]
+            assert all(c is not side for c in shared.cursors)
+
+
 def test_steps_recording_the_run_at_once_add_up(settings):
     """Each step adds its counts to the run's one row; at once, they must not conflict."""
     with shared_state(settings):

@@ -460,6 +460,59 @@ def test_identical_partitions_of_two_datasets_are_written_once_and_linked_twice(
     assert not list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
 
 
+def test_two_writers_publish_what_one_writes(tmp_path):
+    """Tables are hashed and written on two connections at once: the files, their objects, which
+    dataset writes a partition two datasets share, and the pseudonymised ids are those of one
+    writer, every time."""
+    state = toy_state(tmp_path / "state.duckdb", months=6, per_month=300)
+    con = duckdb.connect(str(state))
+    con.execute("create table marts.twin_a as select range as n, 'x' || range as label from range(5)")
+    con.execute("create table marts.twin_b as select * from marts.twin_a")
+    con.execute("create table marts.by_session as select session_id, count(*) as n, min(\"timestamp\") as first_at "
+                "from staging.interactions group by all")
+    con.close()
+
+    def files(writers: int, where: Path) -> dict:
+        where.mkdir()
+        shutil.copyfile(state, where / "state.duckdb")
+        manifest = publish(where / "state.duckdb", where, "run", writers=writers).manifest
+        return {path: [(f["name"], f["object"], f["sha256"], f["rows"], f["reused"]) for f in entry["files"]]
+                for path, entry in manifest["datasets"].items() if entry["table"] not in RUN_LOG}
+
+    one = files(1, tmp_path / "one")
+    assert one["analytics/twin_b"][0][-1] is True and one["analytics/twin_a"][0][-1] is False
+    assert len(one["internal/staging.interactions"]) == 6 and "analytics/by_session" in one
+    for attempt in range(3):
+        assert files(2, tmp_path / f"two-{attempt}") == one
+        verify_snapshot(tmp_path / f"two-{attempt}" / "exports")
+        assert not list((tmp_path / f"two-{attempt}" / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
+
+
+def test_the_first_error_on_any_connection_stops_the_others_and_is_raised():
+    """``on_connections``: results in the items' order; when one item fails, the statement
+    running on the other connection is interrupted and the failure (not the interrupt) raised."""
+    from dagster_project.publishing.parquet import on_connections
+
+    con = duckdb.connect()
+    cons = [con, con.cursor()]
+    assert on_connections(cons, list(range(7)), lambda c, x: c.execute("select ? * 2", [x]).fetchone()[0]) == \
+        [0, 2, 4, 6, 8, 10, 12]
+    forever = "select count(*) from range(100000000000) a(i) where hash(i) = 0"  # minutes, if not stopped
+
+    def item(c, what):
+        if what == "fail":
+            time.sleep(0.3)  # the other is inside its statement by then
+            raise ValueError("this item failed")
+        return c.execute(forever).fetchone()
+
+    for items in (["slow", "fail"], ["fail", "slow"]):  # the failure on the calling thread, then on the other
+        started = time.monotonic()
+        with pytest.raises(ValueError, match="this item failed"):
+            on_connections(cons, items, item)
+        assert time.monotonic() - started < 60, items
+    assert con.execute("select 1").fetchone() == (1,)  # an interrupt leaves no mark on the next statement
+
+
 def test_run_bookkeeping_written_after_a_publish_does_not_make_the_next_run_publish(tmp_path):
     state = toy_state(tmp_path / "state.duckdb")
     first = publish(state, tmp_path, "first")

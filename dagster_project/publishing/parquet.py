@@ -28,8 +28,10 @@ import json
 import os
 import re
 import shutil
+import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -399,9 +401,92 @@ def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:
     return planned if planned.content_hash == entry.get("content_hash") else None
 
 
-def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, known: dict[str, str],
-                  pending: dict[str, Path]) -> None:
-    """Write the partitions whose object is missing to temp files; fill bytes/sha256 of every part.
+def on_connections(cons: list[duckdb.DuckDBPyConnection], items: list, fn: Callable) -> list:
+    """``fn(con, item)`` for every item, taken in their order by one thread per connection of
+    ``cons`` (the calling thread uses the first); the results in the items' order. The first
+    error interrupts the other threads' statements, and is raised once they have stopped."""
+    results: list = [None] * len(items)
+    todo = list(enumerate(items))[::-1]
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(con: duckdb.DuckDBPyConnection) -> None:
+        while not errors:
+            try:
+                i, item = todo.pop()  # atomic: each item is taken once
+            except IndexError:
+                return
+            try:
+                results[i] = fn(con, item)
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the calling thread
+                with lock:
+                    errors.append(exc)
+                    if len(errors) == 1:
+                        for other in cons:
+                            if other is not con:
+                                other.interrupt()
+                return
+
+    helpers = cons[1:len(items)]
+    if not helpers:
+        work(cons[0])
+    else:
+        with ThreadPoolExecutor(max_workers=len(helpers)) as pool:
+            futures = [pool.submit(work, con) for con in helpers]
+            try:
+                work(cons[0])
+            except BaseException:  # between two items (Ctrl-C): stop the others too
+                for con in helpers:
+                    con.interrupt()
+                raise
+            finally:
+                for future in futures:
+                    future.result()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def write_all(cons: list[duckdb.DuckDBPyConnection], plans: list[Plan], objects: Path, known: dict[str, str],
+              pending: dict[str, Path]) -> None:
+    """``write_objects`` for every plan, on the connections ``cons`` at once, the plans with the
+    most rows to write first.
+
+    One partitioned ``COPY`` keeps two cores busy only part of the time (1.37 cores on average
+    over the 500,000-interaction lake's full publish): while one waits on a single sort or a
+    file's compression, another dataset's runs. Two at a time wrote that publish's 827 files in
+    5.5–6.0 s instead of 7.8–8.2 s. Which plan writes an object that two datasets share is decided
+    before any thread starts, in plan order, so the manifest does not depend on timing.
+    """
+    claimed: set[str] = set()
+    work, shared = [], []
+    for planned in plans:
+        missing, theirs = _claim(planned, objects, claimed)
+        work.append((planned, missing))
+        shared.extend(theirs)
+    work.sort(key=lambda item: -sum(p.rows for p in item[1]))
+    on_connections(cons, work, lambda con, item: write_objects(con, *item, objects, known, pending))
+    for part in shared:  # another dataset's identical partition, written by this publish
+        part.bytes, part.sha256, part.reused = pending[part.key].stat().st_size, known[part.key], True
+
+
+def _claim(planned: Plan, objects: Path, claimed: set[str]) -> tuple[list[Part], list[Part]]:
+    """The parts of ``planned`` it writes (its object is missing and no plan before claimed it)
+    and those an earlier plan of this publish writes."""
+    missing, theirs = [], []
+    for part in planned.parts:
+        if part.key in claimed:
+            theirs.append(part)
+        elif not (part.reused and (planned.from_manifest or (objects / f"{part.key}.parquet").exists())):
+            missing.append(part)
+    claimed.update(p.key for p in missing)
+    return missing, theirs
+
+
+def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[Part], objects: Path,
+                  known: dict[str, str], pending: dict[str, Path]) -> None:
+    """Write the ``missing`` partitions of ``planned`` to temp files; fill bytes/sha256 of its
+    other parts but those ``write_all`` left to the plan that writes them.
 
     ``known``: object key -> file sha256 from earlier manifests (reused objects are not re-read).
     ``pending``: object key -> temp file written by this publish, not yet durable nor named:
@@ -411,19 +496,14 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, objects: Path, 
     """
     dataset = planned.dataset
     options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
-    missing = [p for p in planned.parts if p.key not in pending
-               and not (p.reused and (planned.from_manifest or (objects / f"{p.key}.parquet").exists()))]
     order_sql = ", ".join(f"{q(c)} asc nulls first" for c in sort_columns(con, planned, missing))
     batch_dir = objects / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
     try:
         # many partitions to write: DuckDB cuts, sorts and writes them in one statement
         written = _copy_partitioned(con, planned, missing, batch_dir, order_sql, options) if len(missing) > 1 else {}
         for part in planned.parts:
-            if part.key in pending and part not in missing:  # another dataset's identical partition, this publish
-                part.bytes, part.sha256, part.reused = pending[part.key].stat().st_size, known[part.key], True
-                continue
             if part not in missing:
-                if not (planned.from_manifest and part.sha256):
+                if part.reused and not (planned.from_manifest and part.sha256):
                     target = objects / f"{part.key}.parquet"
                     part.bytes = target.stat().st_size
                     part.sha256 = known.get(part.key) or sha256_file(target)

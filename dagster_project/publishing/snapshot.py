@@ -46,8 +46,9 @@ import duckdb
 
 from dagster_project import versions
 from dagster_project.publishing import parquet
-from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit, plan, q,
-                                                write_objects)
+from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit,
+                                                on_connections, plan, q, write_all)
+from dagster_project.state import side_cursors
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
 
 FORMAT = "flywheel-snapshot/1"
@@ -66,6 +67,9 @@ RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "in
 # and the values the privacy gate looks for in every shared dataset.
 ID_COLUMN = r"(^|_)(session|user)_id"
 FAULT_ENV = "FLYWHEEL_PUBLISH_FAULT"  # tests: "kill:<stage>" or "enospc:<stage>"
+# Datasets hashed and written at once, each on a connection of its own (``parquet.on_connections``):
+# one partitioned COPY keeps two cores busy only part of the time.
+WRITERS = 2
 STAGES = ("hashed", "objects_staged", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
 
 Hook = Callable[[str], None]
@@ -170,8 +174,10 @@ def shared_select(table: str, columns: list[str]) -> str:
 
 def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, warehouse: Path, run_id: str,
                      pseudonym_key: bytes, keep: int = 5, allow_empty: bool = False,
-                     watermarks: dict | None = None, hook: Hook | None = None) -> PublishResult:
-    """Publish every table of ``con`` (the state database) as one snapshot, or nothing."""
+                     watermarks: dict | None = None, hook: Hook | None = None,
+                     writers: int = WRITERS) -> PublishResult:
+    """Publish every table of ``con`` (the state database) as one snapshot, or nothing.
+    ``writers``: tables hashed and written at once, each on a connection of its own."""
     from transforms.pseudonyms import register
 
     if keep < 1:
@@ -182,9 +188,11 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
     snaps = export_dir / SNAPSHOTS
     objects = snaps / OBJECTS
     objects.mkdir(parents=True, exist_ok=True)
-    with _locked(snaps / ".lock"):
+    with _locked(snaps / ".lock"), side_cursors(con, writers - 1) as others:
         _remove_leftovers(export_dir)
-        register(con, pseudonym_key)
+        cons = [con, *others]
+        for each in cons:
+            register(each, pseudonym_key)  # a connection's own macros
         _gate_validations(con, run_id)
         _ensure_run_columns(con)
         previous_version = current_version(export_dir)
@@ -195,8 +203,13 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         secret = versions.secret_hash(pseudonym_key)
         inputs = {d.path: _input_version(d, tables.get(d.table), secret) for d in published}
         # The run log changes every run and never decides "changed": it is hashed only to publish.
-        plans = {d.path: _plan(con, d, objects, inputs[d.path], before.get(d.path), secret)
+        # An unchanged dataset is its manifest entry (no statement); the others are hashed on
+        # every connection at once.
+        plans = {d.path: _reused(d, objects, inputs[d.path], before.get(d.path))
                  for d in published if d.table not in RUN_LOG}
+        hashed = _largest_first(con, [d for d in published if d.path in plans and plans[d.path] is None])
+        plans.update(zip((d.path for d in hashed), on_connections(
+            cons, hashed, lambda c, d: _plan(c, d, objects, inputs[d.path], before.get(d.path), secret))))
         hook("hashed")
         if previous and _unchanged(plans, before):
             _note_input_versions(con, snaps / previous_version, previous, plans, inputs, tables)
@@ -212,12 +225,14 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         version = f"{created:%Y%m%dT%H%M%S%f}Z-{re.sub(r'[^A-Za-z0-9]', '', run_id)[:8] or 'run'}"
         _record_snapshot(con, run_id, version, "published")
         # the run log now holds this run; datasets keep their order in the manifest
-        plans = {d.path: plans.get(d.path) or plan(con, d, objects) for d in published}
+        run_log = [d for d in published if d.path not in plans]
+        plans.update(zip((d.path for d in run_log), on_connections(cons, run_log, lambda c, d: plan(c, d, objects))))
+        plans = {d.path: plans[d.path] for d in published}
 
         snap = snaps / version
         try:
             snap.mkdir()
-            manifest = _write_snapshot(con, snap, plans, objects, run_id, created, previous_version, watermarks,
+            manifest = _write_snapshot(cons, snap, plans, objects, run_id, created, previous_version, watermarks,
                                        hook, inputs, tables, previous)
             tmp = export_dir / f".{CURRENT}.link-{os.getpid()}"
             tmp.unlink(missing_ok=True)
@@ -245,14 +260,14 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         seconds=round(time.perf_counter() - started, 3), hashed=[p for p, pl in plans.items() if not pl.from_manifest])
 
 
-def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_id: str, created: datetime,
-                    previous_version: str | None, watermarks: dict | None, hook: Hook,
-                    inputs: dict[str, str | None], tables: dict[str, str | None], previous: dict) -> dict:
+def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: dict[str, Plan], objects: Path,
+                    run_id: str, created: datetime, previous_version: str | None, watermarks: dict | None,
+                    hook: Hook, inputs: dict[str, str | None], tables: dict[str, str | None], previous: dict) -> dict:
+    con = cons[0]
     known = _known_objects(snap.parent)
     pending: dict[str, Path] = {}
     try:
-        for planned in plans.values():
-            write_objects(con, planned, objects, known, pending)
+        write_all(cons, list(plans.values()), objects, known, pending)
         hook("objects_staged")  # new objects are temp files: neither durable nor named yet
         commit_objects(pending, objects)
     except BaseException:
@@ -308,6 +323,16 @@ def _write_snapshot(con, snap: Path, plans: dict[str, Plan], objects: Path, run_
     return manifest
 
 
+def _largest_first(con: duckdb.DuckDBPyConnection, published: list[Dataset]) -> list[Dataset]:
+    """``published``, the tables with the most rows first (DuckDB's estimate): hashed at once
+    on a few connections, a large table taken last would run alone."""
+    if len(published) < 2:
+        return published
+    sizes = dict(con.execute("select schema_name || '.' || table_name, estimated_size from duckdb_tables() "
+                             "where database_name = current_database() and not temporary").fetchall())
+    return sorted(published, key=lambda d: -(sizes.get(d.table) or 0))
+
+
 def _input_version(dataset: Dataset, table_version: str | None, secret: str | None) -> str | None:
     """What ``dataset``'s published files are a function of: its table's version, the projection,
     the publisher's format and (shared datasets) the pseudonym key's hash. None for a table
@@ -316,17 +341,21 @@ def _input_version(dataset: Dataset, table_version: str | None, secret: str | No
         FORMAT, parquet.FORMAT, table_version, dataset.select, dataset.order, secret if dataset.shared else None)
 
 
+def _reused(dataset: Dataset, objects: Path, input_version: str | None, entry: dict | None) -> Plan | None:
+    """The current manifest's entry when the dataset's inputs are those it recorded (and its
+    objects are all there)."""
+    if input_version is not None and entry and entry.get("input_version") == input_version:
+        return parquet.reuse(dataset, entry, objects)
+    return None
+
+
 def _plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, input_version: str | None,
           entry: dict | None, secret: str | None) -> Plan:
-    """The current manifest's entry when the dataset's inputs are those it recorded; when only
-    the table changed since (same projection and key) and its builds said on which event days,
-    the entry with just those days hashed again; else every row hashed."""
-    if input_version is not None and entry:
-        if entry.get("input_version") == input_version:
-            reused = parquet.reuse(dataset, entry, objects)
-            if reused is not None:
-                return reused
-        elif entry.get("input_version") == _input_version(dataset, entry.get("table_version"), secret):
+    """A dataset ``_reused`` could not take from the manifest: when only the table changed since
+    the entry (same projection and key) and its builds said on which event days, the entry with
+    just those days hashed again; else every row hashed."""
+    if input_version is not None and entry and entry.get("input_version") != input_version:
+        if entry.get("input_version") == _input_version(dataset, entry.get("table_version"), secret):
             days = versions.changed_days(con, dataset.table, since=entry.get("table_version"))
             replanned = None if days is None else parquet.replan(con, dataset, objects, entry, days)
             if replanned is not None:

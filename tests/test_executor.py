@@ -82,6 +82,41 @@ def z_next() -> None:
     _span("z_next", 0.05)
 
 
+@dg.asset
+def c_narrow() -> None:
+    _span("c_narrow", 0.2)
+
+
+@dg.asset
+def d_narrow() -> None:
+    _span("d_narrow", 0.2)
+
+
+@dg.asset(deps=[c_narrow])
+def c_next() -> None:
+    _span("c_next")
+
+
+@dg.asset(deps=[d_narrow])
+def d_next() -> None:
+    _span("d_next")
+
+
+@dg.asset
+def w_wide() -> None:
+    _span("w_wide", 0.2)
+
+
+@dg.asset(deps=[w_wide])
+def w_next_1() -> None:
+    _span("w_next_1")
+
+
+@dg.asset(deps=[w_wide])
+def w_next_2() -> None:
+    _span("w_next_2")
+
+
 ATTEMPTS: list[int] = []
 
 
@@ -149,6 +184,16 @@ def test_the_step_on_the_longest_path_starts_first_and_the_times_are_kept():
     kept = StepTimes(instance, "test_job").seconds
     # a weight is this run's time (~0.05 s a step and more) or 0.9 of the one before, the more
     assert kept["z_long"] == 1.8 and 0.05 <= kept["a_short"] < 0.5
+
+
+def test_before_any_times_the_step_more_steps_wait_on_starts_first():
+    """Untimed, every path of two steps weighs the same: the root two steps wait on starts with
+    the first thread, the narrow roots share the other (by name order: the two narrow ones)."""
+    result = run(job(c_narrow, d_narrow, c_next, d_next, w_wide, w_next_1, w_next_2), threads=2)
+    assert result.success
+    first_end = min(SPANS[name][1] for name in ("c_narrow", "d_narrow", "w_wide"))
+    started_first = {name for name in ("c_narrow", "d_narrow", "w_wide") if SPANS[name][0] < first_end}
+    assert started_first == {"w_wide", "c_narrow"}
 
 
 # --------------------------------------------------------------------------- shared state

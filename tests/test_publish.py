@@ -460,6 +460,32 @@ def test_identical_partitions_of_two_datasets_are_written_once_and_linked_twice(
     assert not list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
 
 
+def published_files(state: Path, where: Path, **kw) -> dict:
+    """Publish a copy of ``state`` under ``where``: each dataset's files (name, object, sha256,
+    rows, reused), the run log left out."""
+    where.mkdir()
+    shutil.copyfile(state, where / "state.duckdb")
+    manifest = publish(where / "state.duckdb", where, "run", **kw).manifest
+    return {path: [(f["name"], f["object"], f["sha256"], f["rows"], f["reused"]) for f in entry["files"]]
+            for path, entry in manifest["datasets"].items() if entry["table"] not in RUN_LOG}
+
+
+def test_partitions_written_a_few_at_a_time_are_the_files_one_copy_writes(tmp_path, monkeypatch):
+    """A partitioned COPY writes at most ``COPY_ROWS`` rows (its sort holds them in memory): the
+    files are the same, byte for byte, however many statements wrote them."""
+    from dagster_project.publishing import parquet
+    from dagster_project.publishing.parquet import Part, copy_chunks
+
+    sizes = [[p.rows for p in chunk] for chunk in copy_chunks(
+        [Part(f"p{i}.parquet", rows, f"k{i}") for i, rows in enumerate([100, 200, 300, 50, 600, 10])], limit=400)]
+    assert sizes == [[100, 200], [300, 50], [600], [10]]
+    state = toy_state(tmp_path / "state.duckdb", months=12, per_month=200)
+    whole = published_files(state, tmp_path / "whole")
+    monkeypatch.setattr(parquet, "COPY_ROWS", 450)  # staging.interactions' 12 months: six statements
+    assert published_files(state, tmp_path / "chunked") == whole
+    verify_snapshot(tmp_path / "chunked" / "exports")
+
+
 def test_two_writers_publish_what_one_writes(tmp_path):
     """Tables are hashed and written on two connections at once: the files, their objects, which
     dataset writes a partition two datasets share, and the pseudonymised ids are those of one
@@ -472,18 +498,11 @@ def test_two_writers_publish_what_one_writes(tmp_path):
                 "from staging.interactions group by all")
     con.close()
 
-    def files(writers: int, where: Path) -> dict:
-        where.mkdir()
-        shutil.copyfile(state, where / "state.duckdb")
-        manifest = publish(where / "state.duckdb", where, "run", writers=writers).manifest
-        return {path: [(f["name"], f["object"], f["sha256"], f["rows"], f["reused"]) for f in entry["files"]]
-                for path, entry in manifest["datasets"].items() if entry["table"] not in RUN_LOG}
-
-    one = files(1, tmp_path / "one")
+    one = published_files(state, tmp_path / "one", writers=1)
     assert one["analytics/twin_b"][0][-1] is True and one["analytics/twin_a"][0][-1] is False
     assert len(one["internal/staging.interactions"]) == 6 and "analytics/by_session" in one
     for attempt in range(3):
-        assert files(2, tmp_path / f"two-{attempt}") == one
+        assert published_files(state, tmp_path / f"two-{attempt}", writers=2) == one
         verify_snapshot(tmp_path / f"two-{attempt}" / "exports")
         assert not list((tmp_path / f"two-{attempt}" / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
 

@@ -47,6 +47,11 @@ ROW_GROUP_ROWS = 100_000
 DAY_GRAIN_ROWS = 5_000
 # A day-cut table's old month is one file when it holds at most this many rows (``grouping``).
 MONTH_FILE_ROWS = 50_000
+# Rows one partitioned COPY writes at most: its sort holds them in memory (the 1M lake's
+# staging.interactions in one COPY peaked at 1.5 GB, in four at 0.68 GB), so a full refresh's
+# peak does not grow with the largest table. Partitions are cut by day, so a chunk's rows are
+# read through a range on the time column.
+COPY_ROWS = 250_000
 # Fewer rows to write are sorted by every column: telling that no key repeats (a statement,
 # ~2 ms) costs more than it saves (a day's 10,000 interactions: 34 ms to write either way).
 KEY_SORT_ROWS = 100_000
@@ -499,8 +504,12 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
     order_sql = ", ".join(f"{q(c)} asc nulls first" for c in sort_columns(con, planned, missing))
     batch_dir = objects / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
     try:
-        # many partitions to write: DuckDB cuts, sorts and writes them in one statement
-        written = _copy_partitioned(con, planned, missing, batch_dir, order_sql, options) if len(missing) > 1 else {}
+        # many partitions to write: DuckDB cuts, sorts and writes them in one statement per
+        # ``COPY_ROWS`` rows (a sort holds its rows in memory)
+        written: dict[str, Path] = {}
+        for i, chunk in enumerate(copy_chunks(missing) if len(missing) > 1 else []):
+            batch_dir.mkdir(exist_ok=True)
+            written |= _copy_partitioned(con, planned, chunk, batch_dir / str(i), order_sql, options)
         for part in planned.parts:
             if part not in missing:
                 if part.reused and not (planned.from_manifest and part.sha256):
@@ -521,6 +530,22 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
             pending[part.key] = tmp
     finally:
         shutil.rmtree(batch_dir, ignore_errors=True)
+
+
+def copy_chunks(parts: list[Part], limit: int | None = None) -> list[list[Part]]:
+    """``parts`` cut into runs of consecutive partitions of at most ``limit`` rows
+    (``COPY_ROWS``; a larger partition alone): what one partitioned ``COPY`` writes."""
+    limit = COPY_ROWS if limit is None else limit
+    chunks: list[list[Part]] = []
+    rows = 0
+    for part in parts:
+        if chunks and rows + part.rows <= limit:
+            chunks[-1].append(part)
+            rows += part.rows
+        else:
+            chunks.append([part])
+            rows = part.rows
+    return chunks
 
 
 def sort_columns(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part]) -> list[str]:

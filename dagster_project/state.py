@@ -161,16 +161,18 @@ def interrupt_statements() -> None:
 @contextmanager
 def side_cursors(con: duckdb.DuckDBPyConnection, n: int) -> Iterator[list[duckdb.DuckDBPyConnection]]:
     """``n`` more connections to ``con``'s database, for statements a step runs beside its own on
-    other threads (each with its own transactions and temp objects, in UTC like ``con``). An
-    interrupted run interrupts them too; they are closed on leaving."""
+    other threads (each with its own transactions and temp objects; in ``con``'s time zone, which
+    decides how a time prints and which day it falls on). An interrupted run interrupts them too;
+    they are closed on leaving."""
     owner = next((shared for shared in _shared.values()
                   if shared.con is con or any(c is con for c in shared.cursors)), None)
+    zone = con.execute("select current_setting('TimeZone')").fetchone()[0].replace("'", "''")
     cursors: list[duckdb.DuckDBPyConnection] = []
     try:
         for _ in range(n):
             cursor = con.cursor()
             cursors.append(cursor)
-            cursor.execute("set TimeZone = 'UTC'")
+            cursor.execute(f"set TimeZone = '{zone}'")
             if owner is not None:
                 with owner.guard:
                     owner.cursors.append(cursor)

@@ -255,15 +255,19 @@ def test_side_cursors_of_a_step_are_interrupted_with_the_run_and_closed_after(se
 
     with shared_state(settings):
         with state_connection(settings) as con:
+            con.execute("set TimeZone = 'America/New_York'")  # a side cursor prints times as con does
             with state.side_cursors(con, 1) as (side,):
-                assert side is not con and side.execute("select current_setting('TimeZone')").fetchone() == ("UTC",)
+                assert side is not con
+                assert side.execute("select current_setting('TimeZone')").fetchone() == ("America/New_York",)
                 with ThreadPoolExecutor(1) as pool:
                     running = pool.submit(side.execute, "select count(*) from range(100000000000) a(i) "
                                                         "where hash(i) = 0")
-                    time.sleep(0.3)
-                    state.interrupt_statements()
+                    deadline = time.monotonic() + 60
+                    while not running.done() and time.monotonic() < deadline:
+                        state.interrupt_statements()  # dropped while the statement has not started
+                        time.sleep(0.05)
                     with pytest.raises(duckdb.Error, match="(?i)interrupt"):
-                        running.result(timeout=60)
+                        running.result(timeout=1)
             shared = state._shared[os.path.abspath(settings.state_db)]
             assert all(c is not side for c in shared.cursors)
 

@@ -482,7 +482,15 @@ def test_partitions_written_a_few_at_a_time_are_the_files_one_copy_writes(tmp_pa
     state = toy_state(tmp_path / "state.duckdb", months=12, per_month=200)
     whole = published_files(state, tmp_path / "whole")
     monkeypatch.setattr(parquet, "COPY_ROWS", 450)  # staging.interactions' 12 months: six statements
+    copies, copy = [], parquet._copy_partitioned
+
+    def counted(con, planned, parts, *args):
+        copies.append((planned.dataset.table, len(parts)))
+        return copy(con, planned, parts, *args)
+
+    monkeypatch.setattr(parquet, "_copy_partitioned", counted)
     assert published_files(state, tmp_path / "chunked") == whole
+    assert [n for table, n in copies if table == "staging.interactions"] == [2] * 6
     verify_snapshot(tmp_path / "chunked" / "exports")
 
 
@@ -492,7 +500,8 @@ def test_two_writers_publish_what_one_writes(tmp_path):
     writer, every time."""
     state = toy_state(tmp_path / "state.duckdb", months=6, per_month=300)
     con = duckdb.connect(str(state))
-    con.execute("create table marts.twin_a as select range as n, 'x' || range as label from range(5)")
+    # the two largest tables, so the two writers take them at once
+    con.execute("create table marts.twin_a as select range as n, 'x' || range as label from range(5000)")
     con.execute("create table marts.twin_b as select * from marts.twin_a")
     con.execute("create table marts.by_session as select session_id, count(*) as n, min(\"timestamp\") as first_at "
                 "from staging.interactions group by all")
@@ -522,9 +531,12 @@ def test_the_first_error_on_any_connection_stops_the_others_and_is_raised():
         if what == "fail":
             time.sleep(0.3)  # the other is inside its statement by then
             raise ValueError("this item failed")
+        if what == "late":  # between two statements when the other fails: an interrupt then is lost
+            time.sleep(0.6)
         return c.execute(forever).fetchone()
 
-    for items in (["slow", "fail"], ["fail", "slow"]):  # the failure on the calling thread, then on the other
+    # the failing item taken second, then first; then the other starts its statement after the failure
+    for items in (["slow", "fail"], ["fail", "slow"], ["late", "fail"]):
         started = time.monotonic()
         with pytest.raises(ValueError, match="this item failed"):
             on_connections(cons, items, item)

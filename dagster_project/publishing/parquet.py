@@ -31,7 +31,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -49,9 +49,10 @@ DAY_GRAIN_ROWS = 5_000
 MONTH_FILE_ROWS = 50_000
 # Rows one partitioned COPY writes at most: its sort holds them in memory (the 1M lake's
 # staging.interactions in one COPY peaked at 1.5 GB, in four at 0.68 GB), so a full refresh's
-# peak does not grow with the largest table. Partitions are cut by day, so a chunk's rows are
-# read through a range on the time column.
+# peak does not grow with the largest table (with two writers, two chunks at once). Partitions
+# are cut by day, so a chunk's rows are read through a range on the time column.
 COPY_ROWS = 250_000
+STOP_POLL = 0.05  # seconds between two interrupts of a stopping worker (``on_connections``)
 # Fewer rows to write are sorted by every column: telling that no key repeats (a statement,
 # ~2 ms) costs more than it saves (a day's 10,000 interactions: 34 ms to write either way).
 KEY_SORT_ROWS = 100_000
@@ -407,16 +408,21 @@ def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:
 
 
 def on_connections(cons: list[duckdb.DuckDBPyConnection], items: list, fn: Callable) -> list:
-    """``fn(con, item)`` for every item, taken in their order by one thread per connection of
-    ``cons`` (the calling thread uses the first); the results in the items' order. The first
-    error interrupts the other threads' statements, and is raised once they have stopped."""
+    """``fn(con, item)`` for every item, taken in their order by one worker thread per connection
+    of ``cons``; the results in the items' order. On the first error (or Ctrl-C in the calling
+    thread) no item starts, the other workers' statements are interrupted until the workers have
+    stopped, and that first error is raised.
+
+    DuckDB drops an interrupt that arrives between two statements, and a worker may be between
+    two (verifying a file it wrote): so the calling thread only supervises, interrupting every
+    ``STOP_POLL`` seconds until each worker has returned."""
     results: list = [None] * len(items)
     todo = list(enumerate(items))[::-1]
     errors: list[BaseException] = []
-    lock = threading.Lock()
+    stop = threading.Event()
 
     def work(con: duckdb.DuckDBPyConnection) -> None:
-        while not errors:
+        while not stop.is_set():
             try:
                 i, item = todo.pop()  # atomic: each item is taken once
             except IndexError:
@@ -424,29 +430,33 @@ def on_connections(cons: list[duckdb.DuckDBPyConnection], items: list, fn: Calla
             try:
                 results[i] = fn(con, item)
             except BaseException as exc:  # noqa: BLE001 - raised below, in the calling thread
-                with lock:
-                    errors.append(exc)
-                    if len(errors) == 1:
-                        for other in cons:
-                            if other is not con:
-                                other.interrupt()
+                errors.append(exc)
+                stop.set()
                 return
 
-    helpers = cons[1:len(items)]
-    if not helpers:
-        work(cons[0])
+    workers = cons[:max(1, min(len(cons), len(items)))]
+    if len(workers) == 1:  # nothing to run beside: in this thread
+        work(workers[0])
     else:
-        with ThreadPoolExecutor(max_workers=len(helpers)) as pool:
-            futures = [pool.submit(work, con) for con in helpers]
+        with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+            running = {pool.submit(work, con): con for con in workers}
             try:
-                work(cons[0])
-            except BaseException:  # between two items (Ctrl-C): stop the others too
-                for con in helpers:
-                    con.interrupt()
+                while running:
+                    done, _ = wait(running, timeout=STOP_POLL)
+                    for future in done:
+                        del running[future]
+                    if stop.is_set():
+                        for con in running.values():
+                            con.interrupt()
+            except BaseException:  # Ctrl-C while waiting: stop the workers before leaving
+                stop.set()
+                while running:
+                    for con in running.values():
+                        con.interrupt()
+                    done, _ = wait(running, timeout=STOP_POLL)
+                    for future in done:
+                        del running[future]
                 raise
-            finally:
-                for future in futures:
-                    future.result()
     if errors:
         raise errors[0]
     return results
@@ -470,7 +480,8 @@ def write_all(cons: list[duckdb.DuckDBPyConnection], plans: list[Plan], objects:
         work.append((planned, missing))
         shared.extend(theirs)
     work.sort(key=lambda item: -sum(p.rows for p in item[1]))
-    on_connections(cons, work, lambda con, item: write_objects(con, *item, objects, known, pending))
+    others = {id(part) for part in shared}
+    on_connections(cons, work, lambda con, item: write_objects(con, *item, objects, known, pending, others))
     for part in shared:  # another dataset's identical partition, written by this publish
         part.bytes, part.sha256, part.reused = pending[part.key].stat().st_size, known[part.key], True
 
@@ -489,9 +500,9 @@ def _claim(planned: Plan, objects: Path, claimed: set[str]) -> tuple[list[Part],
 
 
 def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[Part], objects: Path,
-                  known: dict[str, str], pending: dict[str, Path]) -> None:
+                  known: dict[str, str], pending: dict[str, Path], elsewhere: set[int] = frozenset()) -> None:
     """Write the ``missing`` partitions of ``planned`` to temp files; fill bytes/sha256 of its
-    other parts but those ``write_all`` left to the plan that writes them.
+    other parts but those another plan writes (``elsewhere``: their ids; ``write_all`` fills them).
 
     ``known``: object key -> file sha256 from earlier manifests (reused objects are not re-read).
     ``pending``: object key -> temp file written by this publish, not yet durable nor named:
@@ -511,8 +522,10 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
             batch_dir.mkdir(exist_ok=True)
             written |= _copy_partitioned(con, planned, chunk, batch_dir / str(i), order_sql, options)
         for part in planned.parts:
+            if id(part) in elsewhere:
+                continue
             if part not in missing:
-                if part.reused and not (planned.from_manifest and part.sha256):
+                if not (planned.from_manifest and part.sha256):
                     target = objects / f"{part.key}.parquet"
                     part.bytes = target.stat().st_size
                     part.sha256 = known.get(part.key) or sha256_file(target)

@@ -82,39 +82,18 @@ def z_next() -> None:
     _span("z_next", 0.05)
 
 
-@dg.asset
-def c_narrow() -> None:
-    _span("c_narrow", 0.2)
+def _timed(name: str, seconds: float = 0.0, deps=()) -> dg.AssetsDefinition:
+    @dg.asset(name=name, deps=list(deps))
+    def _step() -> None:
+        _span(name, seconds)
+
+    return _step
 
 
-@dg.asset
-def d_narrow() -> None:
-    _span("d_narrow", 0.2)
-
-
-@dg.asset(deps=[c_narrow])
-def c_next() -> None:
-    _span("c_next")
-
-
-@dg.asset(deps=[d_narrow])
-def d_next() -> None:
-    _span("d_next")
-
-
-@dg.asset
-def w_wide() -> None:
-    _span("w_wide", 0.2)
-
-
-@dg.asset(deps=[w_wide])
-def w_next_1() -> None:
-    _span("w_next_1")
-
-
-@dg.asset(deps=[w_wide])
-def w_next_2() -> None:
-    _span("w_next_2")
+# two narrow roots (one step below each) and a wide one (two below): all paths two steps long
+c_narrow, d_narrow, w_wide = (_timed(name, 0.2) for name in ("c_narrow", "d_narrow", "w_wide"))
+c_next, d_next = _timed("c_next", deps=[c_narrow]), _timed("d_next", deps=[d_narrow])
+w_next_1, w_next_2 = _timed("w_next_1", deps=[w_wide]), _timed("w_next_2", deps=[w_wide])
 
 
 ATTEMPTS: list[int] = []

@@ -236,11 +236,7 @@ def critical_path(execution_plan: ExecutionPlan, keys: list[str], seconds: dict[
     order (a step without a time weighs 1 when no step has one, else the median of those known)."""
     known = sorted(seconds.values())
     default = known[len(known) // 2] if known else 1.0
-    below: dict[str, list[str]] = {key: [] for key in keys}
-    for key, upstream in execution_plan.get_executable_step_deps().items():
-        for up in upstream:
-            if up in below and key in below:
-                below[up].append(key)
+    below = _dependents(execution_plan, keys)
     rank: dict[str, float] = {}
     for key in reversed(keys):
         rank[key] = seconds.get(key, default) + max((rank[k] for k in below[key]), default=0.0)
@@ -252,15 +248,21 @@ def descendants(execution_plan: ExecutionPlan, keys: list[str]) -> dict[str, int
     the same (before any run has timed them, every step weighs 1), the one more of the run
     waits on starts first. In a first full refresh ``ingest/interactions`` (five steps below
     it) started after ``ingest/feedback`` (four), by name, and finished 20th of 26."""
-    below: dict[str, set[str]] = {key: set() for key in keys}
-    for key, upstream in execution_plan.get_executable_step_deps().items():
-        for up in upstream:
-            if up in below and key in below:
-                below[up].add(key)
+    below = _dependents(execution_plan, keys)
     every: dict[str, set[str]] = {}
     for key in reversed(keys):  # topological order: a step's dependents are done first
         every[key] = set(below[key]).union(*(every[k] for k in below[key]))
     return {key: len(found) for key, found in every.items()}
+
+
+def _dependents(execution_plan: ExecutionPlan, keys: list[str]) -> dict[str, list[str]]:
+    """Step key -> the steps among ``keys`` that depend on it directly."""
+    below: dict[str, list[str]] = {key: [] for key in keys}
+    for key, upstream in execution_plan.get_executable_step_deps().items():
+        for up in upstream:
+            if up in below and key in below:
+                below[up].append(key)
+    return below
 
 
 DECAY = 0.9  # a step's weight falls by a tenth a run, unless the run took longer

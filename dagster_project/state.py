@@ -120,12 +120,19 @@ class _Shared:
             return self.con
         cursor = getattr(self.local, "cursor", None)
         if cursor is None:
-            cursor = self.con.cursor()
-            cursor.execute("set TimeZone = 'UTC'")
-            self.local.cursor = cursor
-            with self.guard:
-                self.cursors.append(cursor)
+            cursor = self.local.cursor = _cursor(self.con)
+            self.add(cursor)
         return cursor
+
+    def add(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        """A cursor the run's interrupt reaches (``interrupt``) and its end closes."""
+        with self.guard:
+            self.cursors.append(cursor)
+
+    def remove(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        with self.guard:
+            if cursor in self.cursors:
+                self.cursors.remove(cursor)
 
     def interrupt(self) -> None:
         """Interrupt what the other threads' cursors are executing (their step then fails)."""
@@ -166,24 +173,30 @@ def side_cursors(con: duckdb.DuckDBPyConnection, n: int) -> Iterator[list[duckdb
     they are closed on leaving."""
     owner = next((shared for shared in _shared.values()
                   if shared.con is con or any(c is con for c in shared.cursors)), None)
-    zone = con.execute("select current_setting('TimeZone')").fetchone()[0].replace("'", "''")
+    zone = con.execute("select current_setting('TimeZone')").fetchone()[0]
     cursors: list[duckdb.DuckDBPyConnection] = []
     try:
         for _ in range(n):
-            cursor = con.cursor()
-            cursors.append(cursor)
-            cursor.execute(f"set TimeZone = '{zone}'")
+            cursors.append(_cursor(con, zone))
             if owner is not None:
-                with owner.guard:
-                    owner.cursors.append(cursor)
+                owner.add(cursors[-1])
         yield cursors
     finally:
         for cursor in cursors:
             if owner is not None:
-                with owner.guard:
-                    if cursor in owner.cursors:
-                        owner.cursors.remove(cursor)
+                owner.remove(cursor)
             cursor.close()
+
+
+def _cursor(con: duckdb.DuckDBPyConnection, zone: str = "UTC") -> duckdb.DuckDBPyConnection:
+    """A new connection to ``con``'s database (a cursor of it), its session in time zone ``zone``."""
+    cursor = con.cursor()
+    try:
+        cursor.execute("set TimeZone = '" + zone.replace("'", "''") + "'")
+    except BaseException:
+        cursor.close()
+        raise
+    return cursor
 
 
 @contextmanager

@@ -440,22 +440,21 @@ def on_connections(cons: list[duckdb.DuckDBPyConnection], items: list, fn: Calla
     else:
         with ThreadPoolExecutor(max_workers=len(workers)) as pool:
             running = {pool.submit(work, con): con for con in workers}
-            try:
+
+            def supervise() -> None:  # until every worker has returned
                 while running:
-                    done, _ = wait(running, timeout=STOP_POLL)
-                    for future in done:
-                        del running[future]
                     if stop.is_set():
                         for con in running.values():
                             con.interrupt()
-            except BaseException:  # Ctrl-C while waiting: stop the workers before leaving
-                stop.set()
-                while running:
-                    for con in running.values():
-                        con.interrupt()
                     done, _ = wait(running, timeout=STOP_POLL)
                     for future in done:
                         del running[future]
+
+            try:
+                supervise()
+            except BaseException:  # Ctrl-C while waiting: stop the workers before leaving
+                stop.set()
+                supervise()
                 raise
     if errors:
         raise errors[0]

@@ -469,6 +469,10 @@ def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh
 def _sample(phase: str, env: dict[str, str], run_dir: Path, echo, fresh: bool) -> dict:
     if fresh or not run_dir.exists():
         _fresh_state(run_dir)
+    # Write back what the bench itself left dirty (the copy of a state each incremental sample
+    # starts from, ~1.2 GB at 1M; the previous phase's writes) before the clock starts: with
+    # ~900 MB dirty a no-op took 0.2-0.3 s longer, time no scheduled run pays.
+    os.sync()
     load = os.getloadavg()[0]
     result = run_phase(phase, env, run_dir, echo)
     result["load_before"] = round(load, 2)

@@ -145,8 +145,12 @@ with parsed as (
   from {relation}
 ),
 shaped as (
+  -- a case, not an or: a projection evaluates both sides of an or on every line, and
+  -- json_valid over the ~99.9% of lines json_extract already parsed cost 11% of the pass
   select *,
-    fast_vals is not null or (fast_vals is null and not starts_with(text, '{{') and json_valid(text)) as is_valid
+    case when fast_vals is not null then true
+         when starts_with(text, '{{') then false
+         else json_valid(text) end as is_valid
   from parsed
 ),
 rooted as (

@@ -59,6 +59,16 @@ def get(con: duckdb.DuckDBPyConnection, table: str) -> Version | None:
     return Version(table, *row) if row else None
 
 
+def get_many(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> dict[str, Version | None]:
+    """``get`` of each table, in one statement (a step that reuses nine tables asks once)."""
+    ensure(con)
+    wanted = list(dict.fromkeys(tables))
+    found = {row[0]: Version(*row) for row in con.execute(
+        f"select table_name, version, epoch, input_key, run_id from {TABLE} "
+        "where table_name in (select unnest(?::varchar[]))", [wanted]).fetchall()}
+    return {t: found.get(t) for t in wanted}
+
+
 def bump(con: duckdb.DuckDBPyConnection, table: str, run_id: str | None, *, reset: bool = False) -> str:
     """Record that ``table``'s content changed (``reset``: it was dropped and is being rebuilt).
 
@@ -303,23 +313,39 @@ def reuse_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key:
     """(passed, result, run that validated) of the table's last validation when it ran on what
     ``validation_key`` stands for; its ``ingest.validations`` rows are recorded again under
     ``run_id``, so the publish gate, the manifest and ``flywheel status`` read this run as usual."""
-    if validation_key is None:
-        return None
+    return reuse_validations(con, {table: validation_key}, run_id, today).get(table)
+
+
+def reuse_validations(con: duckdb.DuckDBPyConnection, keys: dict[str, str | None], run_id: str,
+                      today) -> dict[str, tuple[bool, dict, str]]:
+    """``reuse_validation`` of several tables (table -> its validation key) in two statements,
+    whatever their number: the tables whose last result is reused, with it. The copy reads the
+    run log once, not once per table (it grows by every run's rows)."""
+    wanted = [table for table, key in keys.items() if key is not None]
+    if not wanted:
+        return {}
     ensure_validated(con)
-    row = con.execute(f"select run_id, passed, result from {VALIDATED} where table_name = ? and validation_key = ?",
-                      [table, validation_key]).fetchone()
-    if row is None or row[0] == run_id:
-        return None
-    result = json.loads(row[2]) if row[2] else {}
-    if result.get("failed", "none") != "none" and result.get("validated_on") != str(today):
-        return None  # something was unexpected: time may have changed the verdict, validate again
-    copied = con.execute(
-        "insert into ingest.validations by name select * replace ($run as run_id) from ingest.validations "
-        "where run_id = $before and table_name = $table",
-        {"run": run_id, "before": row[0], "table": table}).fetchone()[0]
-    if not copied:  # its rows are gone (a scrubbed run log): validate again
-        return None
-    return bool(row[1]), result, row[0]
+    last = {table: (key, before, passed, json.loads(result) if result else {})
+            for table, key, before, passed, result in con.execute(
+                f"select table_name, validation_key, run_id, passed, result from {VALIDATED} "
+                "where table_name in (select unnest(?::varchar[]))", [wanted]).fetchall()}
+    reusable = {}
+    for table in wanted:
+        key, before, passed, result = last.get(table, (None, None, None, None))
+        if key != keys[table] or before == run_id:
+            continue
+        if result.get("failed", "none") != "none" and result.get("validated_on") != str(today):
+            continue  # something was unexpected: time may have changed the verdict, validate again
+        reusable[table] = (bool(passed), result, before)
+    if not reusable:
+        return {}
+    copied = {table for (table,) in con.execute(
+        "insert into ingest.validations by name select * replace ($run as run_id) from ingest.validations v "
+        "semi join (select unnest($tables) as table_name, unnest($runs) as run_id) c "
+        "on c.table_name = v.table_name and c.run_id = v.run_id returning table_name",
+        {"run": run_id, "tables": list(reusable), "runs": [r[2] for r in reusable.values()]}).fetchall()}
+    # a table whose rows are gone (a scrubbed run log) is validated again
+    return {table: found for table, found in reusable.items() if table in copied}
 
 
 def record_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key: str | None, run_id: str,

@@ -393,3 +393,47 @@ def test_a_reused_validation_is_recorded_for_the_run_that_reuses_it_failures_inc
     assert validation_summary(con, "run-2")["status"] == "failed"
     with pytest.raises(Exception, match="marts.m"):
         _gate_validations(con, "run-2")  # a reused failure still blocks the publish
+
+
+def test_reusing_the_validations_of_many_tables_at_once_decides_each_as_alone(tmp_path):
+    """A no-op reuses ~40 tables' results in one step: each table is still decided on its own
+    (its key, its rows in the run log), and only the reused tables' rows are copied."""
+    from dagster_project import versions
+    from dagster_project.validation import ensure_validations_table
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    ensure_validations_table(con)
+    for table in ("marts.a", "marts.b", "marts.c", "marts.d"):
+        con.execute("insert into ingest.validations (run_id, table_name, expectation, blocking, success, status) "
+                    "values ('run-1', ?, 'id is unique', true, true, 'passed')", [table])
+        versions.record_validation(con, table, f"key-{table}", "run-1", True, {"rows_validated": 3})
+    con.execute("delete from ingest.validations where table_name = 'marts.c'")  # a scrubbed run log
+    keys = {"marts.a": "key-marts.a", "marts.b": "another version", "marts.c": "key-marts.c",
+            "marts.d": "key-marts.d", "marts.e": "never validated", "marts.f": None}
+    reused = versions.reuse_validations(con, keys, "run-2", date(2026, 3, 1))
+    assert reused == {"marts.a": (True, {"rows_validated": 3}, "run-1"), "marts.d": (True, {"rows_validated": 3}, "run-1")}
+    assert reused == {t: r for t in keys if (r := versions.reuse_validation(con, t, keys[t], "run-3", date(2026, 3, 1)))}
+    assert con.execute("select run_id, table_name from ingest.validations where run_id <> 'run-1' order by all"
+                       ).fetchall() == [("run-2", "marts.a"), ("run-2", "marts.d"), ("run-3", "marts.a"), ("run-3", "marts.d")]
+    assert versions.reuse_validations(con, keys, "run-1", date(2026, 3, 1)) == {}  # the run that validated them
+
+
+def test_reused_tables_report_their_own_rows_and_exclusions(tmp_path):
+    from dagster_project import versions
+    from dagster_project.tables import reused_metadata
+    from dagster_project.validation import ensure_excluded_table
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("create schema marts; create table marts.a as select range as x from range(3); "
+                "create table marts.b as select range as x from range(5)")
+    ensure_excluded_table(con)
+    versions.record_build(con, "marts.a", "ka", "run-1")
+    versions.record_build(con, "marts.b", "kb", "run-2")
+    con.execute("insert into ingest.excluded (run_id, table_name, row_key, expectation) values "
+                "('run-1', 'marts.a', '7', 'x is positive'), ('run-1', 'marts.a', '8', 'x is positive'), "
+                "('run-1', 'marts.b', '9', 'x is positive'), ('run-2', 'marts.b', '6', 'x is small')")
+    meta = reused_metadata(con, ["marts.b", "marts.a"], "run-3")
+    assert {t: (m["dagster/row_count"], m["built_by_run"], m["excluded_rows"], m["excluded"].value)
+            for t, m in meta.items()} == {
+        "marts.a": (3, "run-1", 2, {"excluded_by_expectation": {"x is positive": 2}}),
+        "marts.b": (5, "run-2", 1, {"excluded_by_expectation": {"x is small": 1}})}  # run-1's row is not its version's

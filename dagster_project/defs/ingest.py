@@ -139,7 +139,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             key = staging_key(con, spec, flywheel)
             if versions.reusable(con, [table], key):
                 return dg.MaterializeResult(metadata={
-                    **reused_metadata(con, table, context.run_id),
+                    **reused_metadata(con, [table], context.run_id)[table],
                     "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)},
                     check_results=gx_check_results(con, [table], context.run_id))
             previous = versions.get(con, table)
@@ -204,7 +204,7 @@ def weighted_examples(context: dg.AssetExecutionContext, flywheel: FlywheelResou
     with flywheel.state() as con:
         key = versions.input_key(con, ["staging.weighted_queue", "staging.weighted_ratings"], {})
         if versions.reusable(con, [table], key):
-            metadata = reused_metadata(con, table, context.run_id)
+            metadata = reused_metadata(con, [table], context.run_id)[table]
         else:
             versions.invalidate(con, table)
             metadata = {"dagster/row_count": materialize(con, "staging/weighted_examples"), "reused": False}

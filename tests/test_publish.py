@@ -470,9 +470,9 @@ def published_files(state: Path, where: Path, **kw) -> dict:
             for path, entry in manifest["datasets"].items() if entry["table"] not in RUN_LOG}
 
 
-def test_partitions_written_a_few_at_a_time_are_the_files_one_copy_writes(tmp_path, monkeypatch):
-    """A partitioned COPY writes at most ``COPY_ROWS`` rows (its sort holds them in memory): the
-    files are the same, byte for byte, however many statements wrote them."""
+def test_partitions_sorted_a_few_at_a_time_are_the_files_one_sort_writes(tmp_path, monkeypatch):
+    """A dataset's new partitions are sorted ``COPY_ROWS`` rows at a time (a sort holds its rows in
+    memory): the files are the same, byte for byte, however many sorts wrote them."""
     from dagster_project.publishing import parquet
     from dagster_project.publishing.parquet import Part, copy_chunks
 
@@ -481,17 +481,50 @@ def test_partitions_written_a_few_at_a_time_are_the_files_one_copy_writes(tmp_pa
     assert sizes == [[100, 200], [300, 50], [600], [10]]
     state = toy_state(tmp_path / "state.duckdb", months=12, per_month=200)
     whole = published_files(state, tmp_path / "whole")
-    monkeypatch.setattr(parquet, "COPY_ROWS", 450)  # staging.interactions' 12 months: six statements
-    copies, copy = [], parquet._copy_partitioned
+    monkeypatch.setattr(parquet, "COPY_ROWS", 450)  # staging.interactions' 12 months: six sorts
+    sorts, copy = [], parquet._copy_sorted
 
     def counted(con, planned, parts, *args):
-        copies.append((planned.dataset.table, len(parts)))
+        sorts.append((planned.dataset.table, len(parts)))
         return copy(con, planned, parts, *args)
 
-    monkeypatch.setattr(parquet, "_copy_partitioned", counted)
+    monkeypatch.setattr(parquet, "_copy_sorted", counted)
     assert published_files(state, tmp_path / "chunked") == whole
-    assert [n for table, n in copies if table == "staging.interactions"] == [2] * 6
+    assert [n for table, n in sorts if table == "staging.interactions"] == [2] * 6
     verify_snapshot(tmp_path / "chunked" / "exports")
+
+
+def test_a_partition_file_is_what_a_partitioned_copy_writes_and_every_column_is_optional(tmp_path):
+    """Each partition is written by a COPY of its rows from one sorted temp table: byte for byte
+    the file a ``COPY … PARTITION_BY … ORDER_BY`` writes. And every column is OPTIONAL in every
+    file, as that COPY writes them: DuckDB marks a column it knows holds no NULL as REQUIRED, which
+    gave a day's file written alone another schema than its dataset's other files."""
+    from dagster_project.publishing import parquet
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("set TimeZone = 'UTC'")
+    # a NOT NULL column, a column NULL on one day only, and ties on the first sort column
+    con.execute("create table t (id varchar not null, day date, note varchar, n int)")
+    con.execute("insert into t select 'id' || (i % 37), date '2026-01-15' + to_months((i % 3)::int), "
+                "case when i % 3 = 0 then null else 'note ' || i end, i from range(300) r(i)")
+    dataset = parquet.Dataset("main.t", "internal/t", "internal", "select * from main.t", ("id",))
+    planned = parquet.plan(con, dataset, tmp_path / "objects")
+    assert [p.name for p in planned.parts] == ["part-2026-01.parquet", "part-2026-02.parquet", "part-2026-03.parquet"]
+    options = f"format parquet, compression zstd, row_group_size {parquet.ROW_GROUP_ROWS}"
+    order_sql = ", ".join(f'"{c}" asc nulls first' for c in parquet.sort_columns(con, planned, planned.parts))
+    written = parquet._copy_sorted(con, planned, planned.parts, tmp_path, order_sql, options)
+    (tmp_path / "alone").mkdir()
+    alone = parquet._copy_sorted(con, planned, planned.parts[1:2], tmp_path / "alone", order_sql, options)
+    con.execute(f"copy (select *, {planned.part_sql} as __part from main.t) to '{tmp_path / 'reference'}' "
+                f"({options}, partition_by (__part), order_by ({order_sql}), write_partition_columns false)")
+    for part in planned.parts:
+        [reference] = (tmp_path / "reference" / f"__part={part.stem}").glob("*.parquet")
+        assert written[part.name].read_bytes() == reference.read_bytes(), part.name
+    assert alone["part-2026-02.parquet"].read_bytes() == written["part-2026-02.parquet"].read_bytes()
+    repetition = con.execute("select distinct repetition_type from parquet_schema(?) where num_children is null",
+                             [[str(f) for f in written.values()]]).fetchall()
+    assert repetition == [("OPTIONAL",)]
+    assert con.execute("select count(*) from duckdb_tables() where table_name = '_fw_sorted'").fetchone()[0] == 0
 
 
 def test_two_writers_publish_what_one_writes(tmp_path):
@@ -851,42 +884,6 @@ def test_rows_whose_key_no_other_shares_are_sorted_by_it_alone_into_the_same_byt
         ties += sum(r[0] in ("k-dup", None) for r in rows)
     assert ties == (0 if repeated == "no" else 2000)
     reader.close()
-
-
-def test_a_partition_the_one_copy_did_not_write_as_one_file_is_written_alone(tmp_path, monkeypatch):
-    """DuckDB names a partition's directory after its value (escaping some characters) and may split
-    a large one: a partition whose single file is not where expected is written by its own COPY,
-    and the snapshot is the same as when the one COPY wrote every file."""
-    from dagster_project.publishing import parquet
-
-    state = toy_state(tmp_path / "state.duckdb", months=6, per_month=50)
-    expected = publish(state, tmp_path / "reference", "first")
-    one_copy = parquet._copy_partitioned
-    left_out = []
-
-    def losing_one(*args, **kwargs):
-        found = one_copy(*args, **kwargs)
-        name = sorted(found)[0]
-        left_out.append(name)
-        del found[name]
-        return found
-
-    monkeypatch.setattr(parquet, "_copy_partitioned", losing_one)
-    result = publish(state, tmp_path, "first")
-    assert left_out and not list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
-    assert data_hashes(result.manifest) == data_hashes(expected.manifest)
-    # the same rows in the same order in every file (the bytes may differ: another writer path)
-    reader = duckdb.connect()
-    for path, entry in result.manifest["datasets"].items():
-        if entry["table"] in RUN_LOG:
-            continue
-        for f, g in zip(entry["files"], expected.manifest["datasets"][path]["files"], strict=True):
-            assert f["name"] == g["name"] and f["rows"] == g["rows"]
-            read = "select * from read_parquet(?, file_row_number = true) order by file_row_number"
-            assert (reader.execute(read, [str(result.path / path / f["name"])]).fetchall()
-                    == reader.execute(read, [str(expected.path / path / g["name"])]).fetchall()), (path, f["name"])
-    reader.close()
-    verify_snapshot(tmp_path / "exports")
 
 
 def test_only_new_partitions_are_checked_for_raw_ids_and_a_leak_in_one_is_named(tmp_path):

@@ -47,10 +47,10 @@ ROW_GROUP_ROWS = 100_000
 DAY_GRAIN_ROWS = 5_000
 # A day-cut table's old month is one file when it holds at most this many rows (``grouping``).
 MONTH_FILE_ROWS = 50_000
-# Rows one partitioned COPY writes at most: its sort holds them in memory (the 1M lake's
-# staging.interactions in one COPY peaked at 1.5 GB, in four at 0.68 GB), so a full refresh's
-# peak does not grow with the largest table (with two writers, two chunks at once). Partitions
-# are cut by day, so a chunk's rows are read through a range on the time column.
+# Rows sorted at once for writing (``_copy_sorted``): a sort holds them in memory (the 1M lake's
+# staging.interactions in one partitioned COPY peaked at 1.5 GB, in four at 0.68 GB), so a full
+# refresh's peak does not grow with the largest table (with two writers, two chunks at once).
+# Partitions are cut by day, so a chunk's rows are read through a range on the time column.
 COPY_ROWS = 250_000
 STOP_POLL = 0.05  # seconds between two interrupts of a stopping worker (``on_connections``)
 # Fewer rows to write are sorted by every column: telling that no key repeats (a statement,
@@ -514,12 +514,12 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
     order_sql = ", ".join(f"{q(c)} asc nulls first" for c in sort_columns(con, planned, missing))
     batch_dir = objects / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
     try:
-        # many partitions to write: DuckDB cuts, sorts and writes them in one statement per
-        # ``COPY_ROWS`` rows (a sort holds its rows in memory)
+        # sorted once per ``COPY_ROWS`` rows (a sort holds its rows in memory), then a COPY per
+        # partition
         written: dict[str, Path] = {}
-        for i, chunk in enumerate(copy_chunks(missing) if len(missing) > 1 else []):
+        for chunk in copy_chunks(missing):
             batch_dir.mkdir(exist_ok=True)
-            written |= _copy_partitioned(con, planned, chunk, batch_dir / str(i), order_sql, options)
+            written |= _copy_sorted(con, planned, chunk, batch_dir, order_sql, options)
         for part in planned.parts:
             if id(part) in elsewhere:
                 continue
@@ -530,12 +530,7 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
                     part.sha256 = known.get(part.key) or sha256_file(target)
                 continue
             tmp = objects / f".tmp-{os.getpid()}-{part.key}.parquet"
-            if part.name in written:
-                os.replace(written[part.name], tmp)
-            else:
-                where = "false" if not part.rows else rows_of(planned, [part.stem])
-                con.execute(f"copy (select * from ({dataset.select}) where {where} order by {order_sql}) "
-                            f"to {lit(tmp)} ({options})")
+            os.replace(written[part.name], tmp)
             part.sha256, part.bytes = verify_written(tmp, part.rows, f"{dataset.table}: {part.name}")
             part.reused = False
             known[part.key] = part.sha256
@@ -585,26 +580,36 @@ def sort_columns(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part
     return keys if rows == distinct else every
 
 
-def _copy_partitioned(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part], directory: Path,
-                      order_sql: str, options: str) -> dict[str, Path]:
-    """Write the rows of ``parts`` with one ``COPY … PARTITION_BY``: a file per partition under
-    ``directory``, each sorted by ``order_sql`` (``ORDER_BY`` sorts within each file). Returns
-    file name -> the file DuckDB wrote for it; a partition it wrote as no file or as several is
-    left out (the caller writes that one alone).
+def _copy_sorted(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part], directory: Path,
+                 order_sql: str, options: str) -> dict[str, Path]:
+    """Write each partition of ``parts`` to a file under ``directory``, its rows in ``order_sql``
+    order: the rows of all of them sorted once into a temp table by (partition, order), then a
+    ``COPY`` of each partition's rows, which keeps the table's order. Returns file name -> file.
 
-    On the 1M-interaction lake's staging.interactions (61 days) this took 2.7 s where sorting the
-    rows into a temp table and a COPY per partition took 3.9 s: the sort, the partitioning and
-    the writing run on every core, and there is no statement per file."""
+    The same files, byte for byte, as a ``COPY … PARTITION_BY … ORDER_BY`` (every file of the
+    1M-interaction lake's publish compared), for less: on its staging.interactions (61 days) that
+    statement cost 6.4 s of CPU, the sort 2.3 s and the 61 COPYs 2.4 s (each on one thread: the
+    snapshot's other connection fills the second core); the whole publish 21.6 -> 17.9 s of CPU,
+    11.3 -> 9.8 s."""
     names = [p.stem for p in parts]
-    con.execute(f"copy (select * from (select *, {planned.part_sql} as __part from ({planned.dataset.select})) "
-                f"where {rows_of(planned, names, named='__part')}) to {lit(directory)} "
-                f"({options}, partition_by (__part), order_by ({order_sql}), write_partition_columns false)")
-    found = {}
-    for name in names:
-        files = list((directory / f"__part={name}").glob("*.parquet"))
-        if len(files) == 1:
-            found[f"{name}.parquet"] = files[0]
-    return found
+    con.execute(f"create or replace temp table _fw_sorted as select * from (select *, {planned.part_sql} as __part "
+                f"from ({planned.dataset.select})) where {rows_of(planned, names, named='__part')} "
+                f"order by __part, {order_sql}")
+    # A row of NULLs (no partition: never copied). DuckDB marks a column REQUIRED in a file's
+    # schema when it knows the column holds no NULL (a partitioned COPY marks every column
+    # OPTIONAL): with this row every column is OPTIONAL in every file, so the files of a dataset
+    # share one schema whatever their rows (a day's new file was REQUIRED where it had no NULL).
+    con.execute("insert into _fw_sorted (__part) values (null)")
+    try:
+        found = {}
+        for name in names:
+            target = directory / f"{name}.parquet"
+            con.execute(f"copy (select * exclude (__part) from _fw_sorted where __part = {lit(name)}) "
+                        f"to {lit(target)} ({options})")
+            found[f"{name}.parquet"] = target
+        return found
+    finally:
+        con.execute("drop table if exists _fw_sorted")
 
 
 def verify_written(path: Path, rows: int, what: str) -> tuple[str, int]:

@@ -68,7 +68,8 @@ RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "in
 ID_COLUMN = r"(^|_)(session|user)_id"
 FAULT_ENV = "FLYWHEEL_PUBLISH_FAULT"  # tests: "kill:<stage>" or "enospc:<stage>"
 # Datasets hashed and written at once, each on a connection of its own (``parquet.on_connections``):
-# one partitioned COPY keeps two cores busy only part of the time.
+# a partition's COPY runs on one thread, and a dataset's hashing and sort keep two cores busy
+# only part of the time.
 WRITERS = 2
 STAGES = ("hashed", "objects_staged", "objects_written", "files_linked", "warehouse_built", "manifest_written", "committed", "linked")
 

@@ -527,6 +527,37 @@ def test_a_partition_file_is_what_a_partitioned_copy_writes_and_every_column_is_
     assert con.execute("select count(*) from duckdb_tables() where table_name = '_fw_sorted'").fetchone()[0] == 0
 
 
+def test_a_partition_larger_than_a_row_group_keeps_its_order_whatever_the_insertion_order_setting(tmp_path):
+    """The per-partition COPY reads the sorted temp table: without preserve_insertion_order (a
+    database-wide setting someone may turn off) a scan of a partition over several row groups
+    came out of order on four threads; such a COPY sorts again, and the files are the same. A
+    failing COPY leaves no temp table behind on the connection."""
+    from dagster_project.publishing import parquet
+
+    files = {}
+    for kept in (True, False):
+        con = duckdb.connect()
+        con.execute(f"set TimeZone = 'UTC'; set threads = 4; set preserve_insertion_order = {str(kept).lower()}")
+        con.execute("create table t as select hash(i)::varchar as id, timestamptz '2026-01-01' + to_minutes((i % 1000)::int) "
+                    "as ts from range(300000) r(i)")
+        dataset = parquet.Dataset("main.t", "internal/t", "internal", "select * from main.t", ("id",))
+        planned = parquet.plan(con, dataset, tmp_path / "objects")
+        order_sql = ", ".join(f'"{c}" asc nulls first' for c in parquet.sort_columns(con, planned, planned.parts))
+        (tmp_path / str(kept)).mkdir()
+        written = parquet._copy_sorted(con, planned, planned.parts, tmp_path / str(kept), order_sql,
+                                       f"format parquet, row_group_size {parquet.ROW_GROUP_ROWS}")
+        [(name, path)] = written.items()
+        ids = [r[0] for r in con.execute("select id from read_parquet(?, file_row_number = true) "
+                                         "order by file_row_number", [str(path)]).fetchall()]
+        assert len(ids) == 300000 and ids == sorted(ids), kept
+        files[kept] = path.read_bytes()
+        with pytest.raises(duckdb.Error):
+            parquet._copy_sorted(con, planned, planned.parts, tmp_path / "no such directory", order_sql, "format parquet")
+        assert con.execute("select count(*) from duckdb_tables() where table_name = '_fw_sorted'").fetchone()[0] == 0
+        con.close()
+    assert files[True] == files[False]
+
+
 def test_two_writers_publish_what_one_writes(tmp_path):
     """Tables are hashed and written on two connections at once: the files, their objects, which
     dataset writes a partition two datasets share, and the pseudonymised ids are those of one

@@ -397,25 +397,34 @@ def test_a_reused_validation_is_recorded_for_the_run_that_reuses_it_failures_inc
 
 def test_reusing_the_validations_of_many_tables_at_once_decides_each_as_alone(tmp_path):
     """A no-op reuses ~40 tables' results in one step: each table is still decided on its own
-    (its key, its rows in the run log), and only the reused tables' rows are copied."""
+    (its key, the run that validated it, its result's day, its rows in the run log), and only the
+    reused tables' rows, of the run that validated each, are copied."""
     from dagster_project import versions
     from dagster_project.validation import ensure_validations_table
 
     con = duckdb.connect(str(tmp_path / "state.duckdb"))
     ensure_validations_table(con)
-    for table in ("marts.a", "marts.b", "marts.c", "marts.d"):
-        con.execute("insert into ingest.validations (run_id, table_name, expectation, blocking, success, status) "
-                    "values ('run-1', ?, 'id is unique', true, true, 'passed')", [table])
-        versions.record_validation(con, table, f"key-{table}", "run-1", True, {"rows_validated": 3})
+    validated_by = {"marts.a": "run-1", "marts.b": "run-1", "marts.c": "run-1", "marts.d": "run-0",
+                    "marts.g": "run-0", "marts.h": "run-0"}
+    for table, run in validated_by.items():
+        for other in ("run-0", "run-1"):  # every table has rows of both runs: only its own are copied
+            con.execute("insert into ingest.validations (run_id, table_name, expectation, blocking, success, status) "
+                        "values (?, ?, ?, true, true, 'passed')", [other, table, f"{table} by {other}"])
+        failed = table in ("marts.g", "marts.h")
+        versions.record_validation(con, table, f"key-{table}", run, not failed, {
+            "rows_validated": 3, "failed": "- x" if failed else "none",
+            "validated_on": "2026-03-01" if table == "marts.g" else "2026-02-28"})
     con.execute("delete from ingest.validations where table_name = 'marts.c'")  # a scrubbed run log
-    keys = {"marts.a": "key-marts.a", "marts.b": "another version", "marts.c": "key-marts.c",
-            "marts.d": "key-marts.d", "marts.e": "never validated", "marts.f": None}
+    keys = {table: f"key-{table}" for table in validated_by}
+    keys |= {"marts.b": "another version", "marts.e": "never validated", "marts.f": None}
     reused = versions.reuse_validations(con, keys, "run-2", date(2026, 3, 1))
-    assert reused == {"marts.a": (True, {"rows_validated": 3}, "run-1"), "marts.d": (True, {"rows_validated": 3}, "run-1")}
-    assert reused == {t: r for t in keys if (r := versions.reuse_validation(con, t, keys[t], "run-3", date(2026, 3, 1)))}
-    assert con.execute("select run_id, table_name from ingest.validations where run_id <> 'run-1' order by all"
-                       ).fetchall() == [("run-2", "marts.a"), ("run-2", "marts.d"), ("run-3", "marts.a"), ("run-3", "marts.d")]
-    assert versions.reuse_validations(con, keys, "run-1", date(2026, 3, 1)) == {}  # the run that validated them
+    assert {t: (passed, by) for t, (passed, _, by) in reused.items()} == {
+        "marts.a": (True, "run-1"), "marts.d": (True, "run-0"),
+        "marts.g": (False, "run-0")}  # a failure is reused on the day it was found only (not marts.h)
+    assert con.execute("select table_name, expectation from ingest.validations where run_id = 'run-2' order by all"
+                       ).fetchall() == [("marts.a", "marts.a by run-1"), ("marts.d", "marts.d by run-0"),
+                                        ("marts.g", "marts.g by run-0")]
+    assert versions.reuse_validations(con, keys, "run-1", date(2026, 3, 1)).keys() == {"marts.d", "marts.g"}
 
 
 def test_reused_tables_report_their_own_rows_and_exclusions(tmp_path):

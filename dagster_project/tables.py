@@ -27,7 +27,7 @@ import dagster as dg
 import duckdb
 
 from dagster_project import versions
-from dagster_project.metadata import count, preview
+from dagster_project.metadata import preview
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
 from dagster_project.validation import BASELINES, apply_drops, carry_exclusions, record_validations, validate_table

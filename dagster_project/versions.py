@@ -293,34 +293,25 @@ def ensure_validated(con: duckdb.DuckDBPyConnection) -> None:
                                  "run_id varchar not null, passed boolean not null, result json")
 
 
-def validation_key(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
-    """None for a table without a version (it is validated every run).
+def validation_key_of(version: Version | None) -> str | None:
+    """The validation key of a version of a table: None for a table without a version (it is
+    validated every run).
 
     Neither the run date nor the clock is part of it: the suites compare times with the clock
     only as "not in the future", which a row that passed keeps passing as time goes on. A result
-    with any unexpected row is reused only on the day it was found (``reuse_validation``).
+    with any unexpected row is reused only on the day it was found (``reuse_validations``).
     """
-    return validation_key_of(get(con, table))
-
-
-def validation_key_of(version: Version | None) -> str | None:
-    """The validation key of a given version of a table (``validation_key`` of its current one)."""
     return None if version is None else key(code(), version.version)
-
-
-def reuse_validation(con: duckdb.DuckDBPyConnection, table: str, validation_key: str | None,
-                     run_id: str, today) -> tuple[bool, dict, str] | None:
-    """(passed, result, run that validated) of the table's last validation when it ran on what
-    ``validation_key`` stands for; its ``ingest.validations`` rows are recorded again under
-    ``run_id``, so the publish gate, the manifest and ``flywheel status`` read this run as usual."""
-    return reuse_validations(con, {table: validation_key}, run_id, today).get(table)
 
 
 def reuse_validations(con: duckdb.DuckDBPyConnection, keys: dict[str, str | None], run_id: str,
                       today) -> dict[str, tuple[bool, dict, str]]:
-    """``reuse_validation`` of several tables (table -> its validation key) in two statements,
-    whatever their number: the tables whose last result is reused, with it. The copy reads the
-    run log once, not once per table (it grows by every run's rows)."""
+    """Of the tables ``keys`` names (table -> the validation key of its current version), those
+    whose last validation ran on what their key stands for, with (passed, result, run that
+    validated); their ``ingest.validations`` rows are recorded again under ``run_id``, so the
+    publish gate, the manifest and ``flywheel status`` read this run as usual. Two statements
+    whatever the number of tables: the copy reads the run log once, not once per table (it grows
+    by every run's rows)."""
     wanted = [table for table, key in keys.items() if key is not None]
     if not wanted:
         return {}

@@ -355,14 +355,14 @@ def test_a_build_that_fails_half_way_or_a_dropped_table_is_never_reused(tmp_path
     versions.record_build(con, "staging.t", key, "run-1")
     assert versions.reusable(con, ["staging.t"], key)
     assert not versions.reusable(con, ["staging.t"], versions.input_key(con, ["raw.x"], {"eval_fraction": 0.1}))
-    validated = versions.validation_key(con, "staging.t")
+    validated = versions.validation_key_of(versions.get(con, "staging.t"))
 
     versions.invalidate(con, "staging.t")  # what a build does first
     assert not versions.reusable(con, ["staging.t"], key)
-    assert versions.validation_key(con, "staging.t") != validated
+    assert versions.validation_key_of(versions.get(con, "staging.t")) != validated
     versions.record_build(con, "staging.t", key, "run-2")
     assert versions.reusable(con, ["staging.t"], key)
-    assert versions.validation_key(con, "staging.t") == validated  # same inputs, same rows
+    assert versions.validation_key_of(versions.get(con, "staging.t")) == validated  # same inputs, same rows
 
     versions.bump(con, "raw.x", "run-3")  # new raw rows: a new key
     assert versions.input_key(con, ["raw.x"], {"eval_fraction": 0.05}) != key
@@ -382,11 +382,11 @@ def test_a_reused_validation_is_recorded_for_the_run_that_reuses_it_failures_inc
                 "('run-1', 'marts.m', 'id not null', true, true, 'passed')")
     versions.record_validation(con, "marts.m", "k1", "run-1", False, {
         "description": "id is unique failed", "failed": "- id is unique", "validated_on": "2026-03-01"})
-    assert versions.reuse_validation(con, "marts.m", "k2", "run-2", date(2026, 3, 1)) is None  # another version
-    assert versions.reuse_validation(con, "marts.m", None, "run-2", date(2026, 3, 1)) is None  # no version
+    assert versions.reuse_validations(con, {"marts.m": "k2"}, "run-2", date(2026, 3, 1)) == {}  # another version
+    assert versions.reuse_validations(con, {"marts.m": None}, "run-2", date(2026, 3, 1)) == {}  # no version
     # a result with unexpected rows may change as the clock moves ("not in the future"): not reused next day
-    assert versions.reuse_validation(con, "marts.m", "k1", "run-2", date(2026, 3, 2)) is None
-    passed, result, by = versions.reuse_validation(con, "marts.m", "k1", "run-2", date(2026, 3, 1))
+    assert versions.reuse_validations(con, {"marts.m": "k1"}, "run-2", date(2026, 3, 2)) == {}
+    passed, result, by = versions.reuse_validations(con, {"marts.m": "k1"}, "run-2", date(2026, 3, 1))["marts.m"]
     assert (passed, result["description"], by) == (False, "id is unique failed", "run-1")
     assert con.execute("select expectation, success from ingest.validations where run_id = 'run-2' order by 1"
                        ).fetchall() == [("id is unique", False), ("id not null", True)]

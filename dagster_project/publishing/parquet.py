@@ -466,11 +466,12 @@ def write_all(cons: list[duckdb.DuckDBPyConnection], plans: list[Plan], objects:
     """``write_objects`` for every plan, on the connections ``cons`` at once, the plans with the
     most rows to write first.
 
-    One partitioned ``COPY`` keeps two cores busy only part of the time (1.37 cores on average
-    over the 500,000-interaction lake's full publish): while one waits on a single sort or a
-    file's compression, another dataset's runs. Two at a time wrote that publish's 827 files in
-    5.5–6.0 s instead of 7.8–8.2 s. Which plan writes an object that two datasets share is decided
-    before any thread starts, in plan order, so the manifest does not depend on timing.
+    One dataset keeps two cores busy only part of the time (a partition's ``COPY`` runs on one
+    thread; with one partitioned ``COPY`` per dataset, 1.37 cores on average over the
+    500,000-interaction lake's full publish): while one connection waits on a single-threaded
+    step, another dataset's runs. Two at a time wrote that publish's 827 files in 5.5–6.0 s
+    instead of 7.8–8.2 s. Which plan writes an object that two datasets share is decided before
+    any thread starts, in plan order, so the manifest does not depend on timing.
     """
     claimed: set[str] = set()
     work, shared = [], []
@@ -541,7 +542,7 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
 
 def copy_chunks(parts: list[Part], limit: int | None = None) -> list[list[Part]]:
     """``parts`` cut into runs of consecutive partitions of at most ``limit`` rows
-    (``COPY_ROWS``; a larger partition alone): what one partitioned ``COPY`` writes."""
+    (``COPY_ROWS``; a larger partition alone): what one sort (``_copy_sorted``) holds."""
     limit = COPY_ROWS if limit is None else limit
     chunks: list[list[Part]] = []
     rows = 0

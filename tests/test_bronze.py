@@ -339,3 +339,47 @@ def test_every_bronze_entry_records_the_sha256_of_the_bytes_it_stores(settings):
     scrubbed = bytes(store.payload(spans[-1]))
     assert b"erased-session" not in scrubbed and scrubbed.count(b"\n") == 2  # blanked in place
     con.close()
+
+
+def test_an_object_is_named_by_its_parts_and_objects_named_by_their_whole_content_still_replay(settings):
+    """An object is named from its parts' sha256 and length (its bytes are hashed once, by the
+    reader), the same parts give the same name (written once), and a lake whose objects were
+    named by the sha256 of their whole content, before, replays into the same tables."""
+    import hashlib
+
+    from dagster_project.engine.bronze import Bronze, object_name
+
+    folder = settings.raw_dir / "interactions"
+    write_lines(folder / "interactions_2026-02-26_0000000a.jsonl", [dumps(interaction(i)) for i in range(4)])
+    write_lines(folder / "interactions_2026-02-27_0000000b.jsonl", [dumps(interaction(i)) for i in range(4, 7)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    before = everything(con)
+    con.close()
+    store = Bronze(settings, "interactions")
+    spans = [e for e in store.entries() if e.object is not None]
+    assert len(spans) == 2 and len({e.object for e in spans}) == 1
+    name = spans[0].object
+    assert name == object_name([(e.sha256, e.length) for e in spans])
+    assert name != object_name([(e.sha256, e.length) for e in reversed(spans)])  # the order is the content's
+    objects = sorted((store.root / "objects").glob("*/*.zst"))
+    assert [o.name for o in objects] == [f"{name}.zst"]
+    written = objects[0].stat().st_mtime_ns
+    again = store.entries()
+    for e in again:
+        e.data = store.payload(e)
+    store.write(again)  # the same parts again: the object is kept
+    assert objects[0].stat().st_mtime_ns == written
+    assert sorted((store.root / "objects").glob("*/*.zst")) == objects
+
+    # the layout before: the object named by the sha256 of its uncompressed content
+    content = b"".join(bytes(store.payload(e)) for e in sorted(spans, key=lambda e: e.offset))
+    old = hashlib.sha256(content).hexdigest()
+    (store.root / "objects" / old[:2]).mkdir(exist_ok=True)
+    objects[0].rename(store.root / "objects" / old[:2] / f"{old}.zst")
+    for segment in store.dir.glob("*.jsonl"):
+        segment.write_text(segment.read_text().replace(name, old))
+    settings.state_db.unlink()
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert reports["interactions"].replayed_entries >= 2
+    assert everything(con) == before
+    con.close()

@@ -247,8 +247,8 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
         if not changed:
             continue
         payload = b"".join(new_parts)
-        sha = bronze_mod.object_name([(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
-        target = store.root / "objects" / sha[:2] / f"{sha}.zst"
+        sha = bronze_mod.name_for(store.root, payload, [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
+        target = bronze_mod.object_path(store.root, sha)
         if not target.exists():
             bronze_mod._atomic_write(target, bronze_mod._blob(payload))
         for e in entries:

@@ -3,8 +3,8 @@
 Layout under ``<state_dir>/bronze/``::
 
     objects/<name[:2]>/<name>.zst      one zstd object per batch (the concatenated unit payloads),
-                                       named by its content (``object_name``: the sha256 of
-                                       its parts' sha256 and length)
+                                       named by its parts (``object_name``: the sha256 of
+                                       each part's sha256 and length)
     <source>/<first seq:012d>.jsonl    one manifest segment per batch: one JSON entry per unit
 
 An entry says what was observed (``kind``), where (``path``, byte span or SQLite keys), when
@@ -101,8 +101,8 @@ class Bronze:
         target = payload = blob = None
         if parts:
             payload = b"".join(parts)
-            sha = object_name([(e.sha256, e.length) for e in entries if e.data is not None])
-            target = self.root / "objects" / sha[:2] / f"{sha}.zst"
+            sha = name_for(self.root, payload, [(e.sha256, e.length) for e in entries if e.data is not None])
+            target = object_path(self.root, sha)
             if not target.exists():  # compressed before the lock: other sources' writes go on
                 blob = _blob(payload)
             for e in entries:
@@ -120,9 +120,7 @@ class Bronze:
             return None
         data = self._objects.get(entry.object)
         if data is None:
-            blob = (self.root / "objects" / entry.object[:2] / f"{entry.object}.zst").read_bytes()
-            size = int.from_bytes(blob[:8], "little")
-            data = pa.decompress(blob[8:], size, "zstd", asbytes=True)
+            data = _read(object_path(self.root, entry.object))
             self._objects = {entry.object: data}  # keep one object: replay walks them in order
         return memoryview(data)[entry.offset:entry.offset + entry.length]  # no copy
 
@@ -130,13 +128,38 @@ class Bronze:
 def object_name(parts: list[tuple[str, int]]) -> str:
     """The name of the object concatenating ``parts`` (each its sha256 and length), in order.
 
-    The same parts name the same bytes, so an object that exists is not written again, as when
-    objects were named by the sha256 of their whole content; but no byte is hashed twice: every
-    part's sha256 is known already (the reader's digest of a span from byte 0, else bronze's),
-    and hashing the 1M bench lake's 700 MB of interactions a second time cost 0.6 s of CPU in a
-    full refresh. Objects written under the old names keep them: a name is only looked up."""
+    No byte is hashed twice: every part's sha256 is known already (the reader's digest of a span
+    from byte 0, else bronze's), and hashing the 1M bench lake's 700 MB of interactions a second
+    time cost 0.6 s of CPU in a full refresh. The same parts name the same bytes, so an object
+    that exists is not written again (``name_for`` compares its bytes first, on that rare
+    path: a digest is taken when its part is read). Objects written under the old names (the
+    sha256 of the whole content) keep them: a name is only looked up."""
     listing = "".join(f"{sha} {length}\n" for sha, length in parts)
     return hashlib.sha256(("flywheel-bronze-object/2\n" + listing).encode()).hexdigest()
+
+
+def name_for(root: Path, payload: bytes, parts: list[tuple[str, int]]) -> str:
+    """The name under which ``payload`` (the concatenated ``parts``) is stored in ``root``.
+
+    ``object_name``, unless an object of that name holds other bytes: the parts' digests were
+    taken as they were read, and a file rewritten in place since leaves bytes unlike them, here
+    or in the object found. Then (rarely: only an existing name is compared) the payload takes
+    the sha256 of its own content, a name no listing gives."""
+    name = object_name(parts)
+    found = object_path(root, name)
+    if found.exists() and _read(found) != payload:
+        name = hashlib.sha256(payload).hexdigest()
+    return name
+
+
+def object_path(root: Path, name: str) -> Path:
+    return root / "objects" / name[:2] / f"{name}.zst"
+
+
+def _read(path: Path) -> bytes:
+    """An object's uncompressed bytes."""
+    blob = path.read_bytes()
+    return pa.decompress(blob[8:], int.from_bytes(blob[:8], "little"), "zstd", asbytes=True)
 
 
 def _blob(payload: bytes) -> bytes:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import date
 from pathlib import Path
 
@@ -105,3 +108,20 @@ def test_preflight_reports_a_malformed_sources_file_in_one_line(tmp_path):
     problems = preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(bad))
     assert problems == [f"FLYWHEEL_SOURCES: {bad}: sources.interactions: unknown keys ['colour']; "
                         "allowed: ['enabled', 'globs', 'time_zone']"]
+
+
+def _allocator_options(env: dict[str, str]) -> str:
+    """What pyarrow's allocator says of its options when the command line's modules load it."""
+    code = ("import dagster_project.cli, pyarrow as pa; "
+            "print(pa.default_memory_pool().backend_name, flush=True); pa.allocate_buffer(1 << 20)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT,
+                          env={**env, "MIMALLOC_VERBOSE": "1"}, check=True)
+    if proc.stdout.strip() != "mimalloc":
+        pytest.skip(f"pyarrow allocates with {proc.stdout.strip()}, not mimalloc")
+    return proc.stderr
+
+
+def test_pyarrows_allocator_commits_memory_as_it_is_touched_unless_the_environment_says_otherwise():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")}
+    assert "option 'arena_eager_commit': 0" in _allocator_options(env)
+    assert "option 'arena_eager_commit': 1" in _allocator_options({**env, "MIMALLOC_ARENA_EAGER_COMMIT": "1"})

@@ -291,22 +291,29 @@ def describe_run(result: dict, env: dict[str, str]) -> dict:
 
     steps: dict[str, dict] = {}
     snapshot = None
-    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as dagster:
-        for record in dagster.all_logs(result["run_id"]):
-            event = record.dagster_event
-            if event is None:
-                continue
-            kind = event.event_type_value
-            if kind == "STEP_START":
-                steps.setdefault(record.step_key, {})["start"] = record.timestamp
-            elif kind in ("STEP_SUCCESS", "STEP_FAILURE"):
-                steps.setdefault(record.step_key, {})["end"] = record.timestamp
-            elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
-                materialization = event.event_specific_data.materialization
-                if materialization.asset_key.to_user_string() == "snapshot":
-                    snapshot = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()
-                                if k in ("status", "version", "bytes_written", "bytes_reused", "files_written",
-                                         "files_reused", "seconds")}
+    home = env.get("DAGSTER_HOME")
+    try:
+        with dg.DagsterInstance.from_config(home) as dagster:
+            records = dagster.all_logs(result["run_id"])
+    except Exception as exc:  # noqa: BLE001 (one line for the bench's user, whatever Dagster raised)
+        raise BenchError(f"cannot read run {result['run_id']}'s events in DAGSTER_HOME={home}: {exc}") from exc
+    if not records:
+        raise BenchError(f"run {result['run_id']} left no events in DAGSTER_HOME={home}")
+    for record in records:
+        event = record.dagster_event
+        if event is None:
+            continue
+        kind = event.event_type_value
+        if kind == "STEP_START":
+            steps.setdefault(record.step_key, {})["start"] = record.timestamp
+        elif kind in ("STEP_SUCCESS", "STEP_FAILURE"):
+            steps.setdefault(record.step_key, {})["end"] = record.timestamp
+        elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            materialization = event.event_specific_data.materialization
+            if materialization.asset_key.to_user_string() == "snapshot":
+                snapshot = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()
+                            if k in ("status", "version", "bytes_written", "bytes_reused", "files_written",
+                                     "files_reused", "seconds")}
     export_dir = Path(env["FLYWHEEL_EXPORT_DIR"])
     out = {**result, "steps": {key: round(s["end"] - s["start"], 3) for key, s in steps.items()
                                if "start" in s and "end" in s},

@@ -265,3 +265,15 @@ def test_bench_end_to_end_on_a_tiny_lake(tmp_path):
     lake = tmp_path / "work" / "lakes" / "4000"
     assert not (lake / "append-journal.json").exists()
     assert not list((lake / "raw").rglob(f"*{report['append']['day']}*"))
+
+
+def test_a_run_whose_events_cannot_be_read_is_one_line_naming_the_run(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {"DAGSTER_HOME": str(home), "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports")}
+    with pytest.raises(bench.BenchError, match=r"^run no-such-run left no events in DAGSTER_HOME="):
+        bench.describe_run({"run_id": "no-such-run"}, env)
+    (home / "dagster.yaml").write_text("storage: [not, a, mapping]\n")
+    with pytest.raises(bench.BenchError, match=r"^cannot read run no-such-run's events in DAGSTER_HOME="):
+        bench.describe_run({"run_id": "no-such-run"}, env)

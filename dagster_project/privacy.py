@@ -28,6 +28,7 @@ import json
 import os
 import re
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -219,7 +220,12 @@ def ingest_matcher(settings: Settings, spec: SourceSpec) -> Matcher | None:
 
 
 def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
-    """Rewrite every bronze object of the source holding a matched record; returns records removed."""
+    """Rewrite every bronze object of the source holding a matched record; returns records removed.
+
+    From its first rewritten object until the segments name the new objects and the old ones are
+    collected, it holds ``OBJECTS_LOCK``: another source's retention collecting in between would
+    delete an object no segment names yet (bytes the lake must keep). A scrub that changes
+    nothing never takes it; one that does holds up other sources' batch writes while it works."""
     store = bronze_mod.Bronze(settings, spec.name)
     segments: dict[Path, list[bronze_mod.Entry]] = {}
     if not store.dir.is_dir():
@@ -234,34 +240,37 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
                 by_object.setdefault(e.object, []).append(e)
     before = matcher.removed
     replaced: dict[str, str] = {}
-    for obj, entries in by_object.items():
-        spans = sorted({(e.offset, e.length, e.kind) for e in entries})
-        new_parts, moved, changed, pos = [], {}, False, 0
-        for offset, length, kind in spans:
-            old = bytes(store.payload(next(e for e in entries if (e.offset, e.length) == (offset, length))))
-            new = scrub_payload(kind, old, matcher)
-            changed |= new is not old and new != old
-            moved[(offset, length)] = (pos, len(new), hashlib.sha256(new).hexdigest())
-            new_parts.append(new)
-            pos += len(new)
-        if not changed:
-            continue
-        payload = b"".join(new_parts)
-        sha = bronze_mod.name_for(store.root, payload, [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
-        target = bronze_mod.object_path(store.root, sha)
-        if not target.exists():
-            bronze_mod._atomic_write(target, bronze_mod._blob(payload))
-        for e in entries:
-            e.offset, e.length, e.sha256 = moved[(e.offset, e.length)]
-            e.object = sha
-        replaced[obj] = sha
-    if not replaced:
-        return 0
-    for seg, entries in segments.items():
-        if any(e.object in replaced.values() for e in entries):
-            bronze_mod._atomic_write(seg, "".join(e.to_json() + "\n" for e in entries).encode("utf-8"))
+    with ExitStack() as held:
+        for obj, entries in by_object.items():
+            spans = sorted({(e.offset, e.length, e.kind) for e in entries})
+            new_parts, moved, changed, pos = [], {}, False, 0
+            for offset, length, kind in spans:
+                old = bytes(store.payload(next(e for e in entries if (e.offset, e.length) == (offset, length))))
+                new = scrub_payload(kind, old, matcher)
+                changed |= new is not old and new != old
+                moved[(offset, length)] = (pos, len(new), hashlib.sha256(new).hexdigest())
+                new_parts.append(new)
+                pos += len(new)
+            if not changed:
+                continue
+            if not replaced:
+                held.enter_context(bronze_mod.OBJECTS_LOCK)
+            payload = b"".join(new_parts)
+            sha = bronze_mod.name_for(store.root, payload, [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
+            target = bronze_mod.object_path(store.root, sha)
+            if not target.exists():
+                bronze_mod._atomic_write(target, bronze_mod._blob(payload))
+            for e in entries:
+                e.offset, e.length, e.sha256 = moved[(e.offset, e.length)]
+                e.object = sha
+            replaced[obj] = sha
+        if not replaced:
+            return 0
+        for seg, entries in segments.items():
+            if any(e.object in replaced.values() for e in entries):
+                bronze_mod._atomic_write(seg, "".join(e.to_json() + "\n" for e in entries).encode("utf-8"))
+        _collect(bronze_mod.bronze_dir(settings))
     store._objects = {}
-    collect_objects(settings)
     return matcher.removed - before
 
 

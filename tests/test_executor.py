@@ -375,6 +375,42 @@ def test_collecting_bronze_objects_waits_for_a_write_between_its_object_and_segm
     assert bytes(reread.payload(reread.entries()[0])) == b'{"id": "1"}\n'
 
 
+def test_a_scrub_holds_collection_off_until_its_segments_name_its_new_object(settings, monkeypatch):
+    """Retention of one source rewrites a bronze object (its expired records blanked) while
+    another source's retention may collect unnamed objects: between the new object and the
+    segment naming it, that collection must wait, or it deletes the scrubbed batch."""
+    from dagster_project import privacy
+    from dagster_project.engine import bronze
+    from dagster_project.sources import builtin_sources
+
+    kept, gone = b'{"id": "kept"}\n', b'{"id": "gone", "note": "subject-0042"}\n'
+    bronze.Bronze(settings, "interactions").write([bronze.Entry(
+        seq=1, source="interactions", path="x.jsonl", kind="span", run_id="r",
+        observed_at="2026-01-01T00:00:00+00:00", data=kept + gone)])
+    object_written, collected = threading.Event(), threading.Event()
+    write = bronze._atomic_write
+
+    def pausing(target, data):  # the scrubbed object is on disk, the segment still names the old one
+        write(target, data)
+        if target.suffix == ".zst":
+            object_written.set()
+            collected.wait(1)  # with the lock, collection waits for the scrub to finish
+
+    monkeypatch.setattr(bronze, "_atomic_write", pausing)
+    matcher = privacy.Matcher(builtin_sources()["interactions"], b"-", set(), mention="subject-0042")
+    with ThreadPoolExecutor(2) as pool:
+        scrubbing = pool.submit(privacy.scrub_bronze, settings, builtin_sources()["interactions"], matcher)
+        assert object_written.wait(10)
+        collecting = pool.submit(privacy.collect_objects, settings)
+        time.sleep(0.2)
+        collected.set()
+        assert scrubbing.result() == 1
+        collecting.result()
+    reread = bronze.Bronze(settings, "interactions")
+    assert bytes(reread.payload(reread.entries()[0])) == kept + b" " * (len(gone) - 1) + b"\n"
+    assert len(list((settings.state_dir / "bronze" / "objects").glob("*/*.zst"))) == 1  # the old one collected
+
+
 INTERRUPTED_RUN = """
 import sys, time, uuid
 sys.path.insert(0, {root!r})

@@ -15,9 +15,11 @@ starts from an empty state (no warehouse, no bronze): it reads every raw file, a
 Runs use a Dagster instance of their own under the run directory (SQLite event log, as
 ``flywheel run`` under ``make``), whose event log gives per-step seconds and the snapshot's metadata.
 
-Lakes are generated once, cached by a marker (interactions, seed, generator source hash). The 1%
-append is journaled before it is written and undone after the incremental run (or at the start of
-the next bench if one was interrupted), so re-runs measure the same bytes.
+Lakes are generated once, cached by a marker (interactions, seed, generator source hash). The
+no-op and the incremental run alternate, each from a copy of the full refresh's state, so both
+see the same minutes of a machine whose speed drifts. The 1% append is journaled before it is
+written and undone after each incremental run (or at the start of the next bench if one was
+interrupted), so re-runs measure the same bytes.
 """
 
 from __future__ import annotations
@@ -458,10 +460,9 @@ def run_phase(phase: str, env: dict[str, str], run_dir: Path, echo) -> dict:
 def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh: bool, repeat: int = 1,
                   same_start: bool = False) -> dict:
     """The phase ``repeat`` times (each full refresh from an empty state; with ``same_start``,
-    each sample from a copy of the state the first started from: a phase that changes the state,
-    the incremental run): the fastest sample's figures (the machine is shared: the minimum is the
-    least disturbed), every sample's seconds and the 1-minute load average before each, the
-    highest peak RSS, and the state the last sample left (what the next phase starts from)."""
+    each sample from a copy of the state the first started from: a phase that changes the state):
+    the fastest sample's figures (``_fastest``) and the state the last sample left (what the next
+    phase starts from)."""
     samples = []
     start = run_dir.with_name(run_dir.name + ".start") if same_start and repeat > 1 else None
     if start is not None:
@@ -470,12 +471,55 @@ def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh
     try:
         for i in range(max(1, repeat)):
             if start is not None and i:
-                shutil.rmtree(run_dir)
-                shutil.copytree(start, run_dir, symlinks=True)
+                _reset(run_dir, start)
             samples.append(_sample(phase, env, run_dir, echo, fresh))
     finally:
         if start is not None:
             shutil.rmtree(start, ignore_errors=True)
+    return _fastest(samples)
+
+
+def measure_noop_and_incremental(env: dict[str, str], run_dir: Path, lake: Lake, append: dict, echo, say, *,
+                                 repeat: int = 1) -> tuple[dict, dict, dict]:
+    """The no-op and the +1% run alternately, ``repeat`` rounds of one each, every sample from a
+    copy of the same state (the one ``run_dir`` holds: the full refresh's), the append applied for
+    the incremental run only and undone after it. Returns each phase's ``_fastest`` figures and
+    what the append wrote; the state left is the last incremental run's.
+
+    The machine's speed drifts over minutes: three no-ops and then three +1% runs compared runs
+    of different minutes, while the share's numerator is their difference. Alternating, each
+    round's two runs see the same minutes (``paired_seconds``: incremental − no-op, round by round)."""
+    start = run_dir.with_name(run_dir.name + ".start")
+    shutil.rmtree(start, ignore_errors=True)
+    shutil.copytree(run_dir, start, symlinks=True)
+    noops, incrementals, applied = [], [], {}
+    try:
+        for i in range(max(1, repeat)):
+            if i:
+                _reset(run_dir, start)
+            noops.append(_sample("noop", env, run_dir, echo, False))
+            _reset(run_dir, start)
+            applied = apply_append(lake, append)
+            try:
+                incrementals.append(_sample("incremental", env, run_dir, echo, False))
+            finally:
+                restore_append(lake, say)
+    finally:
+        shutil.rmtree(start, ignore_errors=True)
+    noop, incremental = _fastest(noops), _fastest(incrementals)
+    incremental["paired_seconds"] = [round(b["seconds"] - a["seconds"], 6) for a, b in zip(noops, incrementals)]
+    return noop, incremental, applied
+
+
+def _reset(run_dir: Path, start: Path) -> None:
+    shutil.rmtree(run_dir)
+    shutil.copytree(start, run_dir, symlinks=True)
+
+
+def _fastest(samples: list[dict]) -> dict:
+    """The fastest sample's figures (the machine is shared: the minimum is the least disturbed),
+    every sample's seconds and the 1-minute load average before each, the highest peak RSS, the
+    snapshot before the first and after the last sample."""
     best = dict(min(samples, key=lambda r: r["seconds"]))
     best["samples"] = [r["seconds"] for r in samples]
     best["loads_before"] = [r["load_before"] for r in samples]
@@ -542,11 +586,14 @@ def evaluate(main: dict, marginal: dict[int, dict], sizes: list[int], main_n: in
 
     inc_extra, full_extra = t["incremental"] - t["noop"], t["full_exports"] - t["noop"]
     figures["incremental_minus_noop_seconds"] = inc_extra
+    paired = main["incremental"].get("paired_seconds") or []
+    figures["incremental_minus_noop_paired"] = paired
     figures["full_minus_noop_seconds"] = full_extra
     figures["incremental_share"] = _ratio(inc_extra, full_extra)
     target("incremental ∝ new data: (t_incremental − t_noop) / (t_full − t_noop)", figures["incremental_share"],
            0.05, full_extra > 0 and _within(figures["incremental_share"], 0.05),
-           f"({t['incremental']:.2f} − {t['noop']:.2f}) / ({t['full_exports']:.2f} − {t['noop']:.2f}) s")
+           f"({t['incremental']:.2f} − {t['noop']:.2f}) / ({t['full_exports']:.2f} − {t['noop']:.2f}) s"
+           + (f"; incremental − no-op round by round: {', '.join(f'{x:.2f}' for x in paired)} s" if paired else ""))
 
     snap = main["incremental"].get("snapshot") or {}
     pub = main["incremental"].get("published") or {}
@@ -662,14 +709,17 @@ def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[i
             measure(n, phase, fresh=phase.startswith("full"))
     for phase in MARGINAL_PHASES:
         measure(interactions, phase, fresh=phase.startswith("full"))
-    measure(interactions, "noop")
-    applied = apply_append(main_lake, append)
-    try:
-        say(f"appended {sum(append['lines'].values()):,} lines ({append['lines']}) in {applied['files']:,} files "
-            f"dated {append['day']}, {applied['bytes'] / 1e6:,.2f} MB")
-        measure(interactions, "incremental")
-    finally:
-        restore_append(main_lake, say)
+    say(f"[{interactions:,}] {LABELS['noop']} and {LABELS['incremental']}, alternating"
+        f"{f' ×{repeat}' if repeat > 1 else ''} (each from a copy of the full refresh's state; the append "
+        f"is {sum(append['lines'].values()):,} lines {append['lines']} dated {append['day']}, undone after each run) …")
+    noop, incremental, applied = measure_noop_and_incremental(
+        _env(_run_dir(workdir, main_lake), main_lake, as_of), _run_dir(workdir, main_lake), main_lake, append,
+        echo, say, repeat=repeat)
+    for phase, result in (("noop", noop), ("incremental", incremental)):
+        samples = f" (samples {', '.join(f'{x:.2f}' for x in result['samples'])})" if repeat > 1 else ""
+        say(f"[{interactions:,}] {LABELS[phase]}: {result['seconds']:.2f} s{samples}, peak RSS "
+            f"{result['peak_rss_mb']:,.0f} MB, load {result['load_before']:.1f}")
+        results[interactions][phase] = result
 
     main = results[interactions]
     figures, targets = evaluate(main, results, [n1, n2], interactions)
@@ -712,7 +762,7 @@ def _version(package: str) -> str | None:
 def _phase_summary(result: dict) -> dict:
     keep = ("seconds", "samples", "loads_before", "inner_seconds", "peak_rss_mb", "io", "rows", "parquet_bytes",
             "run_id", "mode",
-            "snapshot", "snapshot_statuses", "published", "current_before", "current_after")
+            "snapshot", "snapshot_statuses", "published", "current_before", "current_after", "paired_seconds")
     out = {k: result[k] for k in keep if k in result}
     if "steps" in result:
         out["steps_seconds"] = round(sum(result["steps"].values()), 3)

@@ -200,6 +200,35 @@ def test_each_phase_is_its_own_process_and_repeats_keep_the_fastest(small_lake, 
     assert any("unknown bench phase" in line for line in lines)
 
 
+def test_no_op_and_incremental_alternate_from_the_same_state_with_the_append_only_in_the_incremental(
+        small_lake, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    env = bench._env(run_dir, small_lake, bench.lake_end(small_lake.raw) + timedelta(days=2))
+    run_dir.mkdir()
+    (run_dir / "mark").write_text("start")
+    append = bench.prepare_append(small_lake, lambda text: None)
+    appended = small_lake.raw / append["files"][0]
+    sizes = {"before": appended.stat().st_size if appended.exists() else None}
+    seen = []
+    real = bench.run_phase
+
+    def recording(phase, env_, run_dir_, echo):  # what each sample found, then a change of state
+        seen.append((phase, (run_dir_ / "mark").read_text(), small_lake.journal.exists()))
+        (run_dir_ / "mark").write_text(f"after {phase} {len(seen)}")
+        return real("startup", env_, run_dir_, echo)
+
+    monkeypatch.setattr(bench, "run_phase", recording)
+    noop, incremental, applied = bench.measure_noop_and_incremental(
+        env, run_dir, small_lake, append, lambda line: None, lambda text: None, repeat=3)
+    monkeypatch.undo()
+    assert seen == [("noop", "start", False), ("incremental", "start", True)] * 3
+    assert len(noop["samples"]) == len(incremental["samples"]) == 3
+    assert incremental["paired_seconds"] == [round(b - a, 6) for a, b in zip(noop["samples"], incremental["samples"])]
+    assert applied["bytes"] > 0 and (run_dir / "mark").read_text() == "after incremental 6"
+    assert not small_lake.journal.exists() and not run_dir.with_name("run.start").exists()
+    assert (appended.stat().st_size if appended.exists() else None) == sizes["before"]  # the append undone
+
+
 def test_bad_marginal_sizes_are_one_line_with_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dagster_project.cli", "bench", "--marginal", "400000",
                            "--workdir", str(tmp_path)], capture_output=True, text=True, cwd=PROJECT,

@@ -89,7 +89,7 @@ def test_a_previous_warehouse_that_does_not_open_is_not_used(tmp_path, state):
     views = write_snapshot(first, {"marts.a": [(1, "x")]})
     (tmp_path / "broken.duckdb").write_bytes(b"not a database")
     build_warehouse(state, first / "warehouse.duckdb", views, previous=tmp_path / "broken.duckdb",
-                    previous_entry={"scheme": SCHEME, "catalog": "whatever"}, kept={"marts.a"})
+                    previous_entry={"scheme": SCHEME, "sha256": "whatever"}, kept={"marts.a"})
     verify_warehouse(first / "warehouse.duckdb", {"marts.a": 1})
 
 

@@ -560,9 +560,11 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
         "select schema_name, table_name, comment from duckdb_tables() where database_name = current_database() "
         "order by all").fetchall()
     # Each comment is a catalog write: only tables rebuilt since the last run lack theirs.
-    described = {(s, t, c): comment for s, t, c, comment in con.execute(
-        "select schema_name, table_name, column_name, comment from duckdb_columns() "
-        "where database_name = current_database()").fetchall()}
+    described: dict[tuple[str, str], dict[str, str | None]] = {}  # by table, in column order
+    for s, t, c, comment in con.execute(
+            "select schema_name, table_name, column_name, comment from duckdb_columns() "
+            "where database_name = current_database()").fetchall():
+        described.setdefault((s, t), {})[c] = comment
     statements = []
     for schema, table, comment in present:
         name = f"{schema}.{table}"
@@ -572,13 +574,12 @@ def apply_comments(con: duckdb.DuckDBPyConnection, specs: dict[str, SourceSpec] 
                 statements.append(f"comment on table {qualified} is {lit(tables[name])}")
         else:
             missing.append(name)
-        columns = [c for s, t, c in described if (s, t) == (schema, table)]
-        for column in columns:
+        for column, old in described.get((schema, table), {}).items():
             text = column_comment(schema, table, column, generated_columns)
             if text is None:
                 missing.append(f"{name}.{column}")
                 continue
-            if described[(schema, table, column)] != text:
+            if old != text:
                 statements.append(f'comment on column {qualified}."{column}" is {lit(text)}')
     if statements:
         # one transaction and one call: a full refresh rewrites ~800 comments, each committed

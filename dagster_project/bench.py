@@ -457,26 +457,12 @@ def run_phase(phase: str, env: dict[str, str], run_dir: Path, echo) -> dict:
     return result
 
 
-def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh: bool, repeat: int = 1,
-                  same_start: bool = False) -> dict:
-    """The phase ``repeat`` times (each full refresh from an empty state; with ``same_start``,
-    each sample from a copy of the state the first started from: a phase that changes the state):
-    the fastest sample's figures (``_fastest``) and the state the last sample left (what the next
-    phase starts from)."""
-    samples = []
-    start = run_dir.with_name(run_dir.name + ".start") if same_start and repeat > 1 else None
-    if start is not None:
-        shutil.rmtree(start, ignore_errors=True)
-        shutil.copytree(run_dir, start, symlinks=True)
-    try:
-        for i in range(max(1, repeat)):
-            if start is not None and i:
-                _reset(run_dir, start)
-            samples.append(_sample(phase, env, run_dir, echo, fresh))
-    finally:
-        if start is not None:
-            shutil.rmtree(start, ignore_errors=True)
-    return _fastest(samples)
+def measure_phase(phase: str, env: dict[str, str], run_dir: Path, echo, *, fresh: bool, repeat: int = 1) -> dict:
+    """The phase ``repeat`` times (each full refresh from an empty state; the other phases leave
+    the state as they found it): the fastest sample's figures (``_fastest``) and the state the
+    last sample left (what the next phase starts from). The no-op and the +1% run, which must
+    start from the same state, are ``measure_noop_and_incremental``'s."""
+    return _fastest([_sample(phase, env, run_dir, echo, fresh) for _ in range(max(1, repeat))])
 
 
 def measure_noop_and_incremental(env: dict[str, str], run_dir: Path, lake: Lake, append: dict, echo, say, *,
@@ -488,24 +474,29 @@ def measure_noop_and_incremental(env: dict[str, str], run_dir: Path, lake: Lake,
 
     The machine's speed drifts over minutes: three no-ops and then three +1% runs compared runs
     of different minutes, while the share's numerator is their difference. Alternating, each
-    round's two runs see the same minutes (``paired_seconds``: incremental − no-op, round by round)."""
-    start = run_dir.with_name(run_dir.name + ".start")
-    shutil.rmtree(start, ignore_errors=True)
-    shutil.copytree(run_dir, start, symlinks=True)
+    round's two runs see the same minutes (``paired_seconds``: incremental − no-op, round by round).
+    With one round nothing is copied (~1.2 GB at 1M): the +1% run starts from the state the no-op
+    left, which differs from the one it found only in the run log."""
+    start = run_dir.with_name(run_dir.name + ".start") if repeat > 1 else None
+    if start is not None:
+        shutil.rmtree(start, ignore_errors=True)
+        shutil.copytree(run_dir, start, symlinks=True)
     noops, incrementals, applied = [], [], {}
     try:
         for i in range(max(1, repeat)):
             if i:
                 _reset(run_dir, start)
             noops.append(_sample("noop", env, run_dir, echo, False))
-            _reset(run_dir, start)
+            if start is not None:
+                _reset(run_dir, start)
             applied = apply_append(lake, append)
             try:
                 incrementals.append(_sample("incremental", env, run_dir, echo, False))
             finally:
                 restore_append(lake, say)
     finally:
-        shutil.rmtree(start, ignore_errors=True)
+        if start is not None:
+            shutil.rmtree(start, ignore_errors=True)
     noop, incremental = _fastest(noops), _fastest(incrementals)
     incremental["paired_seconds"] = [round(b["seconds"] - a["seconds"], 6) for a, b in zip(noops, incrementals)]
     return noop, incremental, applied
@@ -692,9 +683,7 @@ def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[i
     def measure(n: int, phase: str, fresh: bool = False) -> dict:
         run_dir = _run_dir(workdir, lakes[n])
         say(f"[{n:,}] {LABELS[phase]}{f' ×{repeat}' if repeat > 1 else ''} …")
-        # the incremental run changes the state: each of its samples starts from a copy of the no-op's
-        result = measure_phase(phase, _env(run_dir, lakes[n], as_of), run_dir, echo, fresh=fresh, repeat=repeat,
-                               same_start=phase == "incremental")
+        result = measure_phase(phase, _env(run_dir, lakes[n], as_of), run_dir, echo, fresh=fresh, repeat=repeat)
         samples = f" (samples {', '.join(f'{x:.2f}' for x in result['samples'])})" if repeat > 1 else ""
         say(f"[{n:,}] {LABELS[phase]}: {result['seconds']:.2f} s{samples}, peak RSS {result['peak_rss_mb']:,.0f} MB, "
             f"load {result['load_before']:.1f}")
@@ -724,7 +713,8 @@ def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[i
     main = results[interactions]
     figures, targets = evaluate(main, results, [n1, n2], interactions)
     report = {
-        "format": 1,
+        # 2: the no-op and the +1% run alternate, each from the full refresh's state (paired_seconds)
+        "format": 2,
         "measured_at": datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "duckdb": _version("duckdb"),
                     "dagster": _version("dagster"), "load_average": list(os.getloadavg())},

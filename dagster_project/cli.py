@@ -389,7 +389,7 @@ def bench(
     marginal: Annotated[str, typer.Option(help="Two lake sizes N,2N for the marginal cost per interaction (2N may be the main lake: its phases are then measured once).")] = "500000,1000000",
     workdir: Annotated[Path, typer.Option(help="Where lakes are generated (cached) and runs write.")] = Path("data/bench"),
     quick: Annotated[bool, typer.Option("--quick", help="Use the larger marginal lake (2N) as the main lake, e.g. with --marginal 20000,40000.")] = False,
-    repeat: Annotated[int, typer.Option(help="Run each phase this many times (the incremental run from a copy of the same state each time); keep the fastest.")] = 1,
+    repeat: Annotated[int, typer.Option(help="Run each phase this many times and keep the fastest (the no-op and the +1% run alternate, each from a copy of the full refresh's state).")] = 1,
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every figure to this JSON file.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only a line per phase, not each step of the runs.")] = False,
 ) -> None:

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import threading
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -222,10 +221,9 @@ def ingest_matcher(settings: Settings, spec: SourceSpec) -> Matcher | None:
 def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
     """Rewrite every bronze object of the source holding a matched record; returns records removed.
 
-    From its first rewritten object until the segments name the new objects and the old ones are
-    collected, it holds ``OBJECTS_LOCK``: another source's retention collecting in between would
-    delete an object no segment names yet (bytes the lake must keep). A scrub that changes
-    nothing never takes it; one that does holds up other sources' batch writes while it works."""
+    Each new object is in ``bronze.PENDING`` from before it is written (or found already there)
+    until the segments name it: another source's collection in between would delete bytes the
+    segments then name."""
     store = bronze_mod.Bronze(settings, spec.name)
     segments: dict[Path, list[bronze_mod.Entry]] = {}
     if not store.dir.is_dir():
@@ -240,7 +238,7 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
                 by_object.setdefault(e.object, []).append(e)
     before = matcher.removed
     replaced: dict[str, str] = {}
-    with ExitStack() as held:
+    try:
         for obj, entries in by_object.items():
             spans = sorted({(e.offset, e.length, e.kind) for e in entries})
             new_parts, moved, changed, pos = [], {}, False, 0
@@ -253,24 +251,30 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
                 pos += len(new)
             if not changed:
                 continue
-            if not replaced:
-                held.enter_context(bronze_mod.OBJECTS_LOCK)
             payload = b"".join(new_parts)
             sha = bronze_mod.name_for(store.root, payload, [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
+            with bronze_mod.OBJECTS_LOCK:  # before the existence check: a found object stays too
+                bronze_mod.PENDING[sha] += 1
+            replaced[obj] = sha
             target = bronze_mod.object_path(store.root, sha)
             if not target.exists():
                 bronze_mod._atomic_write(target, bronze_mod._blob(payload))
             for e in entries:
                 e.offset, e.length, e.sha256 = moved[(e.offset, e.length)]
                 e.object = sha
-            replaced[obj] = sha
         if not replaced:
             return 0
         for seg, entries in segments.items():
             if any(e.object in replaced.values() for e in entries):
                 bronze_mod._atomic_write(seg, "".join(e.to_json() + "\n" for e in entries).encode("utf-8"))
-        _collect(bronze_mod.bronze_dir(settings))
-    store._objects = {}
+        store._objects = {}
+        collect_objects(settings)
+    finally:
+        with bronze_mod.OBJECTS_LOCK:
+            for sha in replaced.values():
+                bronze_mod.PENDING[sha] -= 1
+                if bronze_mod.PENDING[sha] <= 0:
+                    del bronze_mod.PENDING[sha]
     return matcher.removed - before
 
 
@@ -289,7 +293,8 @@ def _collect(root: Path) -> int:
             named.update(json.loads(line).get("object") for line in fh if line.strip())
     removed = 0
     for obj in (root / "objects").glob("*/*.zst"):
-        if obj.name[:-len(".zst")] not in named:
+        name = obj.name[:-len(".zst")]
+        if name not in named and not bronze_mod.PENDING.get(name):
             obj.unlink()
             removed += 1
     return removed

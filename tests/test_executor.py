@@ -375,10 +375,11 @@ def test_collecting_bronze_objects_waits_for_a_write_between_its_object_and_segm
     assert bytes(reread.payload(reread.entries()[0])) == b'{"id": "1"}\n'
 
 
-def test_a_scrub_holds_collection_off_until_its_segments_name_its_new_object(settings, monkeypatch):
+def test_a_collection_leaves_a_scrubbed_object_alone_until_its_segments_name_it(settings, monkeypatch):
     """Retention of one source rewrites a bronze object (its expired records blanked) while
     another source's retention may collect unnamed objects: between the new object and the
-    segment naming it, that collection must wait, or it deletes the scrubbed batch."""
+    segment naming it, that collection must leave it (``bronze.PENDING``), or it deletes the
+    scrubbed batch."""
     from dagster_project import privacy
     from dagster_project.engine import bronze
     from dagster_project.sources import builtin_sources
@@ -394,7 +395,7 @@ def test_a_scrub_holds_collection_off_until_its_segments_name_its_new_object(set
         write(target, data)
         if target.suffix == ".zst":
             object_written.set()
-            collected.wait(1)  # with the lock, collection waits for the scrub to finish
+            collected.wait(1)  # the other source's collection runs now
 
     monkeypatch.setattr(bronze, "_atomic_write", pausing)
     matcher = privacy.Matcher(builtin_sources()["interactions"], b"-", set(), mention="subject-0042")
@@ -402,10 +403,10 @@ def test_a_scrub_holds_collection_off_until_its_segments_name_its_new_object(set
         scrubbing = pool.submit(privacy.scrub_bronze, settings, builtin_sources()["interactions"], matcher)
         assert object_written.wait(10)
         collecting = pool.submit(privacy.collect_objects, settings)
-        time.sleep(0.2)
+        assert collecting.result(10) == 0  # the new object is pending, the old one still named
         collected.set()
         assert scrubbing.result() == 1
-        collecting.result()
+    assert not bronze.PENDING
     reread = bronze.Bronze(settings, "interactions")
     assert bytes(reread.payload(reread.entries()[0])) == kept + b" " * (len(gone) - 1) + b"\n"
     assert len(list((settings.state_dir / "bronze" / "objects").glob("*/*.zst"))) == 1  # the old one collected

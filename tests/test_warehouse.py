@@ -3,6 +3,7 @@ read the new snapshot's files, and views and comments equal those of a warehouse
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 
 import duckdb
@@ -88,9 +89,32 @@ def test_a_previous_warehouse_that_does_not_open_is_not_used(tmp_path, state):
     first = tmp_path / "snap-1"
     views = write_snapshot(first, {"marts.a": [(1, "x")]})
     (tmp_path / "broken.duckdb").write_bytes(b"not a database")
+    # the bytes the manifest records, so the copy is trusted and then fails to open
     build_warehouse(state, first / "warehouse.duckdb", views, previous=tmp_path / "broken.duckdb",
-                    previous_entry={"scheme": SCHEME, "sha256": "whatever"}, kept={"marts.a"})
+                    previous_entry={"scheme": SCHEME, "sha256": hashlib.sha256(b"not a database").hexdigest()},
+                    kept={"marts.a"})
     verify_warehouse(first / "warehouse.duckdb", {"marts.a": 1})
+
+
+def test_a_previous_warehouse_whose_manifest_records_no_sha256_is_built_afresh(tmp_path, state, monkeypatch):
+    """A manifest written before the warehouse's sha256 was recorded (it held a catalog digest):
+    the next publish cannot tell the file is the publisher's, so it builds a new one."""
+    from dagster_project.publishing import warehouse
+
+    started_from_copy = []
+    start = warehouse._start
+    monkeypatch.setattr(warehouse, "_start", lambda *a: (r := start(*a), started_from_copy.append(r[1]))[0])
+    first, second = tmp_path / "snap-1", tmp_path / "snap-2"
+    views = write_snapshot(first, {"marts.a": [(1, "x")]})
+    entry = build_warehouse(state, first / "warehouse.duckdb", views)
+    shutil.copytree(first / "marts", second / "marts")
+    old_entry = {k: v for k, v in entry.items() if k != "sha256"} | {"catalog": "a digest of its catalog"}
+    build_warehouse(state, second / "warehouse.duckdb", views, previous=first / "warehouse.duckdb",
+                    previous_entry=old_entry, kept={"marts.a"})
+    build_warehouse(state, second / "again.duckdb", views, previous=first / "warehouse.duckdb",
+                    previous_entry=entry, kept={"marts.a"})
+    assert started_from_copy == [False, False, True]
+    verify_warehouse(second / "warehouse.duckdb", {"marts.a": 1})
 
 
 @pytest.mark.parametrize("change", [

@@ -23,6 +23,7 @@ import json
 import os
 import tempfile
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,11 +32,16 @@ import pyarrow as pa
 from dagster_project.settings import Settings
 
 
-# Held while a batch writes its object and then the segment that names it, and while
-# ``privacy.collect_objects`` lists segments and deletes the objects none names: two sources'
-# steps run at once (executor), and a collection between another step's object and its segment
-# would delete bytes that step then records.
+# Held while a batch writes its object and then the segment that names it, and while a
+# collection (``privacy.collect_objects``) lists segments and deletes the objects none names: two
+# sources' steps run at once (executor), and a collection between another step's object and its
+# segment would delete bytes that step then records.
 OBJECTS_LOCK = threading.Lock()
+# Objects a privacy rewrite (``privacy.scrub_bronze``) has written or will reuse whose segments do
+# not name them yet, with how many rewrites wait on each: a collection leaves them alone. The
+# rewrite reads and scrubs a whole source, too long to hold OBJECTS_LOCK while other sources'
+# batches wait; changed under OBJECTS_LOCK.
+PENDING: Counter[str] = Counter()
 
 
 @dataclass

@@ -20,7 +20,7 @@ incremental publish). Comments are compared with the state database's, so a chan
 still reaches a kept view. The copy is used only when the file is byte for byte what the publisher
 left (the sha256 the previous manifest records) and its views follow this code's ``SCHEME``: a
 table an analyst created in it, a view replaced by hand or an older template is never carried
-forward. (A digest of its catalog, which this replaced, bound every view to read it: ~45 ms of
+forward. (A digest of its catalog, which this replaced, bound every view to read it: ~35 ms of
 each incremental publish, on its critical path.)
 """
 
@@ -57,7 +57,7 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
                     kept: Iterable[str] = ()) -> dict:
     """Write ``path`` with one view per ``schema.table`` -> its (file relative to ``path``'s
     directory, bytes) list, all in one directory; returns its manifest entry's figures (bytes,
-    scheme, catalog digest). ``previous``: the warehouse of the snapshot this one follows,
+    scheme, the file's sha256). ``previous``: the warehouse of the snapshot this one follows,
     ``previous_entry`` that snapshot's manifest entry for it; ``kept``: tables whose directory and
     columns are those of their view there (it is kept as it is, not created again)."""
     root = path.parent.resolve()

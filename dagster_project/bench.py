@@ -680,15 +680,17 @@ def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[i
 
     results: dict[int, dict] = {n: {} for n in sizes}
 
-    def measure(n: int, phase: str, fresh: bool = False) -> dict:
-        run_dir = _run_dir(workdir, lakes[n])
-        say(f"[{n:,}] {LABELS[phase]}{f' ×{repeat}' if repeat > 1 else ''} …")
-        result = measure_phase(phase, _env(run_dir, lakes[n], as_of), run_dir, echo, fresh=fresh, repeat=repeat)
+    def record(n: int, phase: str, result: dict) -> None:
         samples = f" (samples {', '.join(f'{x:.2f}' for x in result['samples'])})" if repeat > 1 else ""
         say(f"[{n:,}] {LABELS[phase]}: {result['seconds']:.2f} s{samples}, peak RSS {result['peak_rss_mb']:,.0f} MB, "
             f"load {result['load_before']:.1f}")
         results[n][phase] = result
-        return result
+
+    def measure(n: int, phase: str, fresh: bool = False) -> None:
+        run_dir = _run_dir(workdir, lakes[n])
+        say(f"[{n:,}] {LABELS[phase]}{f' ×{repeat}' if repeat > 1 else ''} …")
+        record(n, phase, measure_phase(phase, _env(run_dir, lakes[n], as_of), run_dir, echo, fresh=fresh,
+                                       repeat=repeat))
 
     measure(interactions, "startup")
     for n in sizes:  # the marginal sizes first: the smaller lakes' figures come early
@@ -701,14 +703,11 @@ def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[i
     say(f"[{interactions:,}] {LABELS['noop']} and {LABELS['incremental']}, alternating"
         f"{f' ×{repeat}' if repeat > 1 else ''} (each from a copy of the full refresh's state; the append "
         f"is {sum(append['lines'].values()):,} lines {append['lines']} dated {append['day']}, undone after each run) …")
+    main_dir = _run_dir(workdir, main_lake)
     noop, incremental, applied = measure_noop_and_incremental(
-        _env(_run_dir(workdir, main_lake), main_lake, as_of), _run_dir(workdir, main_lake), main_lake, append,
-        echo, say, repeat=repeat)
-    for phase, result in (("noop", noop), ("incremental", incremental)):
-        samples = f" (samples {', '.join(f'{x:.2f}' for x in result['samples'])})" if repeat > 1 else ""
-        say(f"[{interactions:,}] {LABELS[phase]}: {result['seconds']:.2f} s{samples}, peak RSS "
-            f"{result['peak_rss_mb']:,.0f} MB, load {result['load_before']:.1f}")
-        results[interactions][phase] = result
+        _env(main_dir, main_lake, as_of), main_dir, main_lake, append, echo, say, repeat=repeat)
+    record(interactions, "noop", noop)
+    record(interactions, "incremental", incremental)
 
     main = results[interactions]
     figures, targets = evaluate(main, results, [n1, n2], interactions)

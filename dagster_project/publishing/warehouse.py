@@ -27,7 +27,6 @@ each incremental publish, on its critical path.)
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from pathlib import Path
 

@@ -80,9 +80,19 @@ def _run(settings: Settings, **kwargs):
              "close that connection and run again", 1)
 
 
+def _print_pruned(result, settings: Settings) -> None:
+    """A line when the run deleted old runs from Dagster's history, or could not."""
+    if result.prune_error:
+        console.print(f"[yellow]warning[/] {escape(result.prune_error)}", highlight=False, soft_wrap=True)
+    elif result.pruned and result.pruned.runs:
+        console.print(f"[dim]Dagster history: {result.pruned.runs} run(s) beyond the newest {settings.keep_runs} "
+                      f"deleted ({result.pruned.bytes / 1e6:.1f} MB; FLYWHEEL_KEEP_RUNS)[/]", highlight=False, soft_wrap=True)
+
+
 def _print_result(result, settings: Settings, elapsed: float) -> None:
     """One line for the run (and each failure once, short, with its step; the stack with -v)."""
     if not result.success:
+        _print_pruned(result, settings)
         console.print(f"[red bold]Run {result.run_id} ({result.mode}) failed[/] after {elapsed:.1f} s; "
                       f"the current snapshot (warehouse and exports) is unchanged", soft_wrap=True)
         for step, message in result.failures:
@@ -94,6 +104,7 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
             console.print("[dim](run with -v for the full traceback)[/]")
         raise typer.Exit(1)
     console.print(f"[green bold]Run {result.run_id} ({result.mode}) succeeded[/] in {elapsed:.1f} s", soft_wrap=True)
+    _print_pruned(result, settings)
     from dagster_project.publishing.snapshot import describe_run
 
     console.print(describe_run(settings, result.run_id), highlight=False, soft_wrap=True)

@@ -15,6 +15,7 @@ import dagster as dg
 from rich.markup import escape
 
 from dagster_project import progress
+from dagster_project.history import Pruned, prune_runs
 from dagster_project.settings import PROJECT_ROOT, Settings
 from dagster_project.sources import builtin_sources
 from dagster_project.state import shared_state, state_connection, writer_lock
@@ -28,6 +29,9 @@ class PipelineResult:
     traces: list[tuple[str, str]] = field(default_factory=list)  # (step, full error with stack)
     mode: str = "incremental"
     warnings: list[str] = field(default_factory=list)
+    # Dagster's history after the run (``history``): runs deleted, or why it could not be pruned
+    pruned: Pruned | None = None
+    prune_error: str | None = None
 
 
 def dagster_home() -> Path | None:
@@ -183,6 +187,7 @@ def environment(settings: Settings) -> Iterator[None]:
         "FLYWHEEL_EVAL_FRACTION": str(settings.eval_fraction),
         "FLYWHEEL_SESSION_RETENTION_DAYS": str(settings.session_retention_days),
         "FLYWHEEL_KEEP_SNAPSHOTS": str(settings.keep_snapshots),
+        "FLYWHEEL_KEEP_RUNS": str(settings.keep_runs),
         "FLYWHEEL_ALLOW_EMPTY": "1" if settings.allow_empty else None,
     }
     saved = {name: os.environ.get(name) for name in wanted}
@@ -239,6 +244,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             result = execute(job, settings.step_threads, dagster, run_id,
                              run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
                              tags={"flywheel/launched_by": "cli", "flywheel/mode": mode})
+        pruned, prune_error = prune_history(dagster, settings.keep_runs)
     failures, traces = [], []
     # A failed blocking check fails the step that builds its table with a bare "check failed":
     # each report (which expectation, sample rows) is in its evaluation's description.
@@ -259,7 +265,17 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
         mark_failed(settings, run_id, "; ".join(f"{step}: {msg.splitlines()[0] if msg else ''}"
                                                 for step, msg in failures), mode=mode)
     return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
-                          mode=mode, warnings=warnings)
+                          mode=mode, warnings=warnings, pruned=pruned, prune_error=prune_error)
+
+
+def prune_history(dagster: dg.DagsterInstance, keep: int) -> tuple[Pruned | None, str | None]:
+    """After a run, Dagster's history beyond the newest ``keep`` finished runs goes
+    (``history.prune_runs``). It never fails the run, whose data is published: what went wrong
+    is reported and the next run tries again."""
+    try:
+        return prune_runs(dagster, keep), None
+    except Exception as exc:  # noqa: BLE001 (maintenance after the run: report, never raise)
+        return None, f"Dagster's run history was not pruned ({type(exc).__name__}: {exc}); the next run tries again"
 
 
 # Dagster's wrappers around the user's exception: their text says nothing the step name doesn't.

@@ -85,6 +85,7 @@ class Settings:
     eval_fraction: float = 0.05
     session_retention_days: int = 180
     keep_snapshots: int = 5  # published snapshots kept readable (time travel)
+    keep_runs: int = 200  # finished runs whose Dagster history is kept (0: all; ``history``)
     allow_empty: bool = False  # publish an empty dataset over a non-empty one
     # a line file whose size, mtime, inode and settled ctime are the recorded ones is not read
     # (off: its last 64 KiB are read and hashed, for mounts whose ctime does not follow writes)
@@ -168,6 +169,8 @@ class Settings:
                                          check=lambda v: v > 0, rule="a positive number of days"),
             keep_snapshots=parse("FLYWHEEL_KEEP_SNAPSHOTS", 5, int, "5", check=lambda v: v > 0,
                                  rule="a positive number of snapshots"),
+            keep_runs=parse("FLYWHEEL_KEEP_RUNS", 200, int, "200", check=lambda v: v >= 0,
+                            rule="a whole number of runs (0 keeps every run)"),
             allow_empty=parse("FLYWHEEL_ALLOW_EMPTY", False, _flag, "1", rule="1/true/yes or 0/false/no"),
             trust_ctime=parse("FLYWHEEL_TRUST_CTIME", True, _flag, "0", rule="1/true/yes or 0/false/no"),
             step_threads=parse("FLYWHEEL_STEP_THREADS", 2, int, "2", check=lambda v: 1 <= v <= 16,

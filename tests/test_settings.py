@@ -27,6 +27,8 @@ from dagster_project.settings import Settings, SettingsError, parse_size
     ("FLYWHEEL_TRUST_CTIME", "sometimes"),
     ("FLYWHEEL_STEP_THREADS", "0"),
     ("FLYWHEEL_STEP_THREADS", "two"),
+    ("FLYWHEEL_KEEP_RUNS", "-1"),
+    ("FLYWHEEL_KEEP_RUNS", "all"),
 ])
 def test_each_bad_value_is_one_line_naming_variable_value_and_example(name, value):
     with pytest.raises(SettingsError) as raised:
@@ -56,6 +58,7 @@ def test_good_values_and_sizes():
     assert (Settings.from_env({}).trust_ctime, Settings.from_env({"FLYWHEEL_TRUST_CTIME": "0"}).trust_ctime,
             Settings.from_env({"FLYWHEEL_TRUST_CTIME": "yes"}).trust_ctime) == (True, False, True)
     assert (Settings.from_env({}).step_threads, Settings.from_env({"FLYWHEEL_STEP_THREADS": "1"}).step_threads) == (2, 1)
+    assert (Settings.from_env({}).keep_runs, Settings.from_env({"FLYWHEEL_KEEP_RUNS": "0"}).keep_runs) == (200, 0)
 
 
 def test_defaults_resolve_from_the_project_inside_the_checkout_and_env_paths_from_cwd(tmp_path):

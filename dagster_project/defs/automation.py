@@ -8,14 +8,13 @@ import dagster as dg
 
 from dagster_project.engine import discover
 from dagster_project.executor import threaded_executor
+from dagster_project.history import RUN_TAGS, prune_runs
 from dagster_project.resources import FlywheelResource
 from dagster_project.settings import Settings
 from dagster_project.sources import load_sources
 
-# Every run writes the same DuckDB state database: the tag is limited to one run at a time in
-# .dagster_home/dagster.yaml, and the assets also take a file lock, so runs never overlap.
-RUN_TAGS = {"flywheel/warehouse": "writer"}
-
+# Every run writes the same DuckDB state database: its tag (RUN_TAGS) is limited to one run at a
+# time in .dagster_home/dagster.yaml, and the assets also take a file lock, so runs never overlap.
 flywheel_job = dg.define_asset_job(
     "flywheel_job",
     selection=dg.AssetSelection.all(),
@@ -79,8 +78,22 @@ def mark_failed_runs(context: dg.RunFailureSensorContext, flywheel: FlywheelReso
     mark_failed(flywheel.settings(), context.dagster_run.run_id, error, wait_seconds=30)
 
 
+@dg.run_status_sensor(
+    name="flywheel_prune_history",
+    run_status=dg.DagsterRunStatus.SUCCESS,
+    monitored_jobs=[flywheel_job],
+    description="After a successful run, deletes Dagster's history of the pipeline's finished runs beyond "
+    "the newest FLYWHEEL_KEEP_RUNS (what `flywheel run` does itself after each run).",
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def prune_history(context: dg.RunStatusSensorContext, flywheel: FlywheelResource):
+    pruned = prune_runs(context.instance, flywheel.settings().keep_runs)
+    if pruned.runs:
+        context.log.info(f"deleted {pruned.runs} old runs from Dagster's history ({pruned.bytes / 1e6:.1f} MB)")
+
+
 defs = dg.Definitions(
     jobs=[flywheel_job],
     schedules=[daily_schedule],
-    sensors=[new_files_sensor, mark_failed_runs],
+    sensors=[new_files_sensor, mark_failed_runs, prune_history],
 )

@@ -1,0 +1,65 @@
+"""Run-history retention: Dagster's record of the pipeline's runs is kept for the newest
+``FLYWHEEL_KEEP_RUNS`` finished runs; older ones are deleted after each run.
+
+Why: every run adds ~1.8 MB to the Dagster instance (its event log shard, ~360 events, and their
+copies in the asset index), a no-op included, and Dagster never removes any. A daily schedule
+grows it by ~650 MB a year; the new-file sensor can start a run a minute while producers write.
+The pipeline's own ledger of every run (``ingest.runs``: mode, status, error, snapshot) and
+everything a run published are not touched: only Dagster's step-by-step history of old runs goes.
+
+Only finished runs (success, failure, cancelled) tagged as the pipeline's (``RUN_TAGS``: CLI,
+schedule and sensor runs) are counted and deleted; a queued or running run, and runs of other
+jobs sharing the instance, are never touched. Every run materializes every asset (a reused table
+reports its reuse), so the newest run always holds each asset's latest materialization.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import dagster as dg
+
+# The pipeline's runs carry this tag (``defs/automation.flywheel_job``; ``dagster.yaml`` allows one at a time)
+RUN_TAGS = {"flywheel/warehouse": "writer"}
+# Deleting a run costs ~60 ms on SQLite: a long backlog (a lowered setting, a first upgrade) is
+# removed over several runs, none held up by more than a few seconds.
+MAX_PER_CALL = 100
+FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+
+
+@dataclass(frozen=True)
+class Pruned:
+    runs: int  # runs deleted
+    bytes: int  # bytes of their event log shards removed from disk
+
+
+def prune_runs(instance: dg.DagsterInstance, keep: int) -> Pruned:
+    """Delete the pipeline's finished runs beyond the newest ``keep`` (0: keep every run) from
+    ``instance``, the oldest first and at most ``MAX_PER_CALL``: their run record, events,
+    captured logs and, on SQLite, their shard file."""
+    if keep <= 0:
+        return Pruned(0, 0)
+    ids = instance.get_run_ids(filters=dg.RunsFilter(tags=RUN_TAGS, statuses=FINISHED))  # newest first
+    old = ids[keep:][::-1][:MAX_PER_CALL]
+    freed = 0
+    storage = instance.event_log_storage
+    path_for_shard = getattr(storage, "path_for_shard", None)
+    for run_id in old:
+        instance.delete_run(run_id)
+        try:
+            instance.compute_log_manager.delete_logs(prefix=[run_id])
+        except NotImplementedError:  # a log manager that cannot delete keeps them
+            pass
+        if path_for_shard is not None:
+            # SQLite keeps a deleted run's shard file (empty tables): remove it and its WAL files
+            for path in (shard := path_for_shard(run_id), f"{shard}-wal", f"{shard}-shm"):
+                try:
+                    freed += os.stat(path).st_size
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+            # this process's storage remembers the shard as created: a later read of the run
+            # (none found) would open an empty file and fail on its missing tables
+            getattr(storage, "_initialized_dbs", set()).discard(run_id)
+    return Pruned(len(old), freed)

@@ -1,0 +1,118 @@
+"""Run-history retention (``dagster_project.history``): real SQLite Dagster instances on tmp_path,
+real runs (a one-asset job materialized, and the pipeline itself)."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster._core.storage.dagster_run import DagsterRun
+
+from conftest import dumps, interaction, write_lines
+from dagster_project import history
+from dagster_project.history import RUN_TAGS, prune_runs
+
+
+@dg.asset
+def tiny() -> int:
+    return 1
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return home
+
+
+def runs_in(dagster: dg.DagsterInstance, n: int, tags=RUN_TAGS) -> list[str]:
+    """``n`` real finished runs, oldest first."""
+    return [dg.materialize([tiny], instance=dagster, tags=tags).run_id for _ in range(n)]
+
+
+def shard(home, run_id: str):
+    return home / "history" / "runs" / f"{run_id}.db"
+
+
+def test_the_newest_finished_runs_are_kept_and_the_others_deleted_with_their_files(home):
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        other = runs_in(dagster, 1, tags={"team": "someone else"})[0]  # another job sharing the instance
+        ours = runs_in(dagster, 5)
+        running = "00000000-0000-4000-8000-00000000beef"
+        dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=running, status=dg.DagsterRunStatus.STARTED,
+                                   tags=RUN_TAGS))
+        assert all(shard(home, r).is_file() for r in ours)
+
+        pruned = prune_runs(dagster, keep=2)
+
+        assert pruned.runs == 3 and pruned.bytes >= 3 * 4096
+        assert set(dagster.get_run_ids()) == {other, running, *ours[3:]}
+        for run_id in ours[:3]:
+            assert not shard(home, run_id).exists() and not list(home.rglob(f"{run_id}*"))
+            assert not dagster.all_logs(run_id)
+        for run_id in ours[3:]:  # the kept runs read as before
+            assert shard(home, run_id).is_file()
+            assert dagster.get_run_by_id(run_id).is_success
+            assert any(r.dagster_event and r.dagster_event.is_step_materialization for r in dagster.all_logs(run_id))
+        latest = dagster.get_latest_materialization_event(dg.AssetKey("tiny"))
+        assert latest is not None and latest.run_id == ours[-1]
+        assert prune_runs(dagster, keep=2) == history.Pruned(0, 0)  # nothing more to delete
+
+
+def test_keep_zero_keeps_every_run(home):
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        ours = runs_in(dagster, 3)
+        assert prune_runs(dagster, keep=0) == history.Pruned(0, 0)
+        assert set(dagster.get_run_ids()) == set(ours)
+
+
+def test_a_long_backlog_goes_oldest_first_a_batch_per_call(home, monkeypatch):
+    monkeypatch.setattr(history, "MAX_PER_CALL", 2)
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        ours = runs_in(dagster, 6)
+        assert prune_runs(dagster, keep=1).runs == 2
+        assert set(dagster.get_run_ids()) == set(ours[2:])  # the two oldest went first
+        assert prune_runs(dagster, keep=1).runs == 2
+        assert prune_runs(dagster, keep=1).runs == 1
+        assert dagster.get_run_ids() == [ours[-1]]
+
+
+def test_the_sensor_prunes_after_a_successful_run(home, settings, monkeypatch):
+    from dagster_project.defs.automation import prune_history
+    from dagster_project.resources import FlywheelResource
+
+    monkeypatch.setenv("FLYWHEEL_KEEP_RUNS", "2")
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        ours = runs_in(dagster, 4)
+        success = dagster.all_logs(ours[-1], of_type=dg.DagsterEventType.RUN_SUCCESS)[0].dagster_event
+        with dg.build_run_status_sensor_context(
+            sensor_name="flywheel_prune_history", dagster_instance=dagster,
+            dagster_run=dagster.get_run_by_id(ours[-1]), dagster_event=success,
+            resources={"flywheel": FlywheelResource(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
+                                                    export_dir=str(settings.export_dir))}) as context:
+            prune_history(context)
+        assert set(dagster.get_run_ids()) == set(ours[2:])
+
+
+@pytest.mark.slow
+def test_flywheel_run_deletes_the_history_beyond_keep_runs_after_each_run(settings, home, monkeypatch):
+    from dataclasses import replace
+
+    from dagster_project.pipeline import instance, run_pipeline
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                [dumps(interaction(i)) for i in range(3)])
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
+    keep_one = replace(settings, keep_runs=1)
+    first = run_pipeline(keep_one, selection=["ingest/interactions"])
+    assert first.success and first.pruned == history.Pruned(0, 0)
+    second = run_pipeline(keep_one, selection=["ingest/interactions"])
+    assert second.success and second.pruned.runs == 1 and second.prune_error is None
+    with instance() as dagster:
+        assert dagster.get_run_ids() == [second.run_id]
+    assert not shard(home, first.run_id).exists() and shard(home, second.run_id).is_file()
+    third = run_pipeline(replace(settings, keep_runs=0), selection=["ingest/interactions"])
+    assert third.pruned == history.Pruned(0, 0)
+    with instance() as dagster:
+        assert set(dagster.get_run_ids()) == {second.run_id, third.run_id}

@@ -213,6 +213,19 @@ def key(*parts) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# defs/ files that decide when runs happen (job, schedule, sensors), not what a table holds: an
+# edit to them must not make every table be validated again
+NOT_IN_CODE_KEY = ("automation.py",)
+
+
+def code_paths() -> list:
+    """The files and directories ``code`` hashes."""
+    project = ROOT / "dagster_project"
+    defs = [p for p in sorted((project / "defs").glob("*.py")) if p.name not in NOT_IN_CODE_KEY]
+    return [ROOT / "transforms", ROOT / "sql", project / "expectations.py", project / "validation.py",
+            project / "tables.py", *defs, project / "sources"]
+
+
 @functools.cache
 def code() -> str:
     """The fingerprint of the code a built table's content (and its validation) depends on.
@@ -220,10 +233,7 @@ def code() -> str:
     Computed once per process: hashing the files costs ~10 ms, and the code cannot change under
     a running process anyway.
     """
-    project = ROOT / "dagster_project"
-    return code_fingerprint(ROOT / "transforms", ROOT / "sql", project / "expectations.py",
-                            project / "validation.py", project / "tables.py", project / "defs",
-                            project / "sources")
+    return code_fingerprint(*code_paths())
 
 
 def versions_of(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> dict[str, str | None]:

@@ -446,3 +446,13 @@ def test_reused_tables_report_their_own_rows_and_exclusions(tmp_path):
             for t, m in meta.items()} == {
         "marts.a": (3, "run-1", 2, {"excluded_by_expectation": {"x is positive": 2}}),
         "marts.b": (5, "run-2", 1, {"excluded_by_expectation": {"x is small": 1}})}  # run-1's row is not its version's
+
+
+def test_the_code_key_covers_what_builds_tables_and_not_the_schedule_or_sensors():
+    from dagster_project.versions import code_paths
+
+    names = {p.name for p in code_paths()}
+    # an edit to the job's schedule or sensors must not make every table be validated again
+    assert "automation.py" not in names
+    assert {"ingest.py", "marts.py", "publish.py", "transforms", "sql", "tables.py", "validation.py",
+            "expectations.py", "sources"} <= names

@@ -326,7 +326,8 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
     """Rewrite every kept snapshot's Parquet files without the rows ``condition(table, columns)``
     (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots)."""
     from dagster_project.publishing.parquet import fsync_dir, fsync_file, lit, sha256_file
-    from dagster_project.publishing.snapshot import MANIFEST, OBJECTS, _locked, _versions, snapshots_dir
+    from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
+                                                     manifest_objects, snapshots_dir)
 
     snaps = snapshots_dir(Path(os.path.abspath(export_dir)))
     if not snaps.exists():
@@ -335,6 +336,7 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
     # Kept snapshots hard-link the same immutable objects: an object with no matching row is read
     # once per call, not once per snapshot linking it (retention runs this every run).
     clean: set[tuple[str, str]] = set()
+    known: set[str] = set()  # the objects the kept manifests name, once scrubbed
     con = duckdb.connect()
     with _locked(snaps / ".lock"):
         for version in _versions(snaps):
@@ -368,7 +370,7 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
                         os.replace(tmp, obj)
                     link = file.with_name(f".{file.name}.erase")
                     link.unlink(missing_ok=True)
-                    os.link(obj, link)
+                    _link(obj, link)  # a copy where the file system has no hard links
                     os.replace(link, file)
                     fsync_dir(file.parent)
                     f.update(rows=f["rows"] - n, bytes=obj.stat().st_size, sha256=sha, object=key, reused=False)
@@ -384,9 +386,8 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
                 fsync_file(tmp)
                 os.replace(tmp, manifest_path)
                 fsync_dir(manifest_path.parent)
-        for obj in (snaps / OBJECTS).glob("*.parquet"):
-            if obj.stat().st_nlink <= 1:  # the old files: no snapshot links them any more
-                obj.unlink()
+            known |= manifest_objects(manifest)
+        collect_objects(snaps, known)  # the old files no snapshot names any more
     con.close()
     return removed, touched
 

@@ -644,6 +644,56 @@ def test_retention_keeps_n_snapshots_and_drops_unreferenced_objects(tmp_path):
         publish(state, tmp_path, "x", keep=0)
 
 
+def as_copies(snapshot: Path) -> None:
+    """Every file of ``snapshot`` a copy, not a hard link (a file system without hard links, or a
+    backup restored without them)."""
+    for file in snapshot.rglob("*.parquet"):
+        copy = file.with_name(file.name + ".copy")
+        shutil.copyfile(file, copy)
+        os.replace(copy, file)
+
+
+def test_objects_a_snapshot_names_survive_when_its_files_are_copies_and_are_reused(tmp_path):
+    from dagster_project import privacy
+
+    state = toy_state(tmp_path / "state.duckdb", months=6, per_month=50)
+    first = publish(state, tmp_path, "first")
+    objects = tmp_path / "exports" / SNAPSHOTS / ".objects"
+    named = {f["object"] for d in first.manifest["datasets"].values() for f in d["files"]}
+    as_copies(first.path)
+    assert {p.stat().st_nlink for p in objects.glob("*.parquet")} == {1}
+    # what every run does after publishing, and what a run that publishes nothing new does
+    privacy.scrub_snapshots(tmp_path / "exports", lambda table, columns: None)
+    assert publish(state, tmp_path, "noop").status == "unchanged"
+    assert {p.stem for p in objects.glob("*.parquet")} == named
+    append_month(state, 10)
+    second = publish(state, tmp_path, "second")
+    # only the month that changed (and the run log) is written; the rest is reused from the objects
+    assert second.status == "published" and second.files_reused >= second.files_written
+    written = {f["name"] for d in second.manifest["datasets"].values() if d["table"] not in RUN_LOG
+               for f in d["files"] if not f.get("reused")}
+    assert written and all("2026-01" in name for name in written), written
+    verify_snapshot(tmp_path / "exports", second.version)
+
+
+def test_an_object_no_snapshot_names_is_collected_and_an_unreadable_manifest_keeps_them_all(tmp_path):
+    from dagster_project.publishing.snapshot import collect_objects
+
+    state = toy_state(tmp_path / "state.duckdb", months=2, per_month=20)
+    first = publish(state, tmp_path, "first")
+    snaps = tmp_path / "exports" / SNAPSHOTS
+    stray = snaps / ".objects" / "0123abcd.parquet"
+    stray.write_bytes(b"PAR1")
+    as_copies(first.path)
+    before = {p.stem for p in (snaps / ".objects").glob("*.parquet")}
+    (first.path / "manifest.json").write_text("{not json")
+    assert collect_objects(snaps) == 0  # cannot tell what is used: nothing deleted
+    assert {p.stem for p in (snaps / ".objects").glob("*.parquet")} == before
+    (first.path / "manifest.json").write_text(json.dumps(first.manifest))
+    assert collect_objects(snaps) == 1 and not stray.exists()
+    assert {p.stem for p in (snaps / ".objects").glob("*.parquet")} == before - {"0123abcd"}
+
+
 def test_an_empty_dataset_over_a_non_empty_one_needs_the_flag(tmp_path):
     state = toy_state(tmp_path / "state.duckdb", months=1, per_month=20)
     first = publish(state, tmp_path, "first")

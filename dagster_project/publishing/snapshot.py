@@ -552,10 +552,28 @@ def prune(export_dir: Path, keep: int) -> list[str]:
         if version != current:
             shutil.rmtree(snaps / version, ignore_errors=True)
             removed.append(version)
-    for obj in (snaps / OBJECTS).glob("*.parquet"):
-        if obj.stat().st_nlink <= 1:  # no snapshot links it any more
-            obj.unlink(missing_ok=True)
+    collect_objects(snaps)
     return removed
+
+
+def collect_objects(snaps: Path, known: set[str] | None = None) -> int:
+    """Delete the objects no kept snapshot's manifest names; returns how many. ``known``: the
+    objects the kept manifests name, when the caller has just read them all.
+
+    A hard link from a snapshot proves an object is used, so only objects with no other link are
+    looked up. Their link count alone does not prove them unused: a snapshot whose files are
+    copies (a file system without hard links, where ``_link`` copies; a backup restored without
+    them) names objects it does not link, and deleting those would make every later publish
+    write every file again instead of reusing it. A manifest that cannot be read keeps them all."""
+    candidates = [obj for obj in (snaps / OBJECTS).glob("*.parquet") if obj.stat().st_nlink <= 1]
+    if candidates and known is None:
+        known = _referenced_objects(snaps)
+    if not candidates or known is None:
+        return 0
+    unused = [obj for obj in candidates if obj.stem not in known]
+    for obj in unused:
+        obj.unlink(missing_ok=True)
+    return len(unused)
 
 
 def _versions(snaps: Path) -> list[str]:
@@ -580,6 +598,24 @@ def _remove_leftovers(export_dir: Path) -> None:
             tmp.unlink(missing_ok=True)
     for link in export_dir.glob(f".{CURRENT}.link-*"):
         link.unlink(missing_ok=True)
+
+
+def _referenced_objects(snaps: Path) -> set[str] | None:
+    """The objects every kept snapshot's manifest names; None when one cannot be read."""
+    known: set[str] = set()
+    for version in _versions(snaps):
+        try:
+            manifest = json.loads((snaps / version / MANIFEST).read_text(encoding="utf-8"))
+        except FileNotFoundError:  # a snapshot half-written by a killed publish: it names nothing yet
+            continue
+        except (OSError, json.JSONDecodeError):
+            return None
+        known |= manifest_objects(manifest)
+    return known
+
+
+def manifest_objects(manifest: dict) -> set[str]:
+    return {f["object"] for entry in manifest.get("datasets", {}).values() for f in entry.get("files", [])}
 
 
 def _known_objects(snaps: Path) -> dict[str, str]:

@@ -480,7 +480,7 @@ def measure_noop_and_incremental(env: dict[str, str], run_dir: Path, lake: Lake,
     start = run_dir.with_name(run_dir.name + ".start") if repeat > 1 else None
     if start is not None:
         shutil.rmtree(start, ignore_errors=True)
-        shutil.copytree(run_dir, start, symlinks=True)
+        copy_state(run_dir, start)
     noops, incrementals, applied = [], [], {}
     try:
         for i in range(max(1, repeat)):
@@ -504,7 +504,26 @@ def measure_noop_and_incremental(env: dict[str, str], run_dir: Path, lake: Lake,
 
 def _reset(run_dir: Path, start: Path) -> None:
     shutil.rmtree(run_dir)
-    shutil.copytree(start, run_dir, symlinks=True)
+    copy_state(start, run_dir)
+
+
+def copy_state(source: Path, target: Path) -> None:
+    """Copy a run directory as a run left it: symlinks as links, and files hard-linked to each
+    other (a snapshot's files and their objects) still one file. ``shutil.copytree`` makes each
+    link a file of its own: the objects then look unlinked, which no real state is."""
+    seen: dict[tuple[int, int], Path] = {}
+
+    def copy(src: str, dst: str) -> None:
+        st = os.stat(src)
+        first = seen.get((st.st_dev, st.st_ino))
+        if first is not None:
+            os.link(first, dst)
+        else:
+            shutil.copy2(src, dst)
+            if st.st_nlink > 1:
+                seen[(st.st_dev, st.st_ino)] = Path(dst)
+
+    shutil.copytree(source, target, symlinks=True, copy_function=copy)
 
 
 def _fastest(samples: list[dict]) -> dict:

@@ -296,3 +296,23 @@ def test_a_run_whose_events_cannot_be_read_is_one_line_naming_the_run(tmp_path):
     (home / "dagster.yaml").write_text("storage: [not, a, mapping]\n")
     with pytest.raises(bench.BenchError, match=r"^cannot read run no-such-run's events in DAGSTER_HOME="):
         bench.describe_run({"run_id": "no-such-run"}, env)
+
+
+def test_a_state_copy_keeps_hard_links_and_symlinks(tmp_path):
+    from dagster_project.bench import copy_state
+
+    src = tmp_path / "run"
+    (src / "exports" / ".snapshots" / ".objects").mkdir(parents=True)
+    (src / "exports" / ".snapshots" / "v1").mkdir()
+    obj = src / "exports" / ".snapshots" / ".objects" / "abc.parquet"
+    obj.write_bytes(b"PAR1 data")
+    os.link(obj, src / "exports" / ".snapshots" / "v1" / "part.parquet")
+    (src / "exports" / "current").symlink_to(".snapshots/v1")
+    (src / "state.duckdb").write_bytes(b"db")
+    copy_state(src, tmp_path / "copy")
+    copied = tmp_path / "copy" / "exports" / ".snapshots"
+    assert (copied / ".objects" / "abc.parquet").stat().st_ino == (copied / "v1" / "part.parquet").stat().st_ino
+    assert (copied / ".objects" / "abc.parquet").stat().st_nlink == 2
+    assert (copied / ".objects" / "abc.parquet").stat().st_ino != obj.stat().st_ino  # a copy, not the original
+    assert os.readlink(tmp_path / "copy" / "exports" / "current") == ".snapshots/v1"
+    assert (tmp_path / "copy" / "state.duckdb").read_bytes() == b"db"

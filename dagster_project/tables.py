@@ -73,7 +73,7 @@ def reused_metadata(con: duckdb.DuckDBPyConnection, tables: Sequence[str], run_i
     that built it. A few statements whatever the number of tables (a no-op reuses ~40)."""
     built = versions.get_many(con, tables)
     excluded: dict[str, dict[str, int]] = {}
-    for table, expectation, n in versions.exclusions(con, run_id, built=versions.built_by(con)):
+    for table, expectation, n in versions.exclusions(con, run_id):
         excluded.setdefault(table, {})[expectation] = n
     counts = con.execute("select " + ", ".join(f"(select count(*) from {quote_table(t)})" for t in tables)
                          ).fetchone() if tables else ()

@@ -277,16 +277,19 @@ def built_by(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
         return {}
 
 
-def exclusions(con: duckdb.DuckDBPyConnection, run_id: str, table: str | None = None,
+def exclusions(con: duckdb.DuckDBPyConnection, run_id: str,
                built: dict[str, str] | None = None) -> list[tuple[str, str, int]]:
     """(table, expectation, rows) a drop expectation keeps out of each table after ``run_id`` (the
     latest run): a table it reused counts the ledger rows of the run that built its version
     (``built``: table -> that run; default: the lineage of ``con``)."""
     built = built_by(con) if built is None else built
+    # Only the ledger rows of those runs are counted: the ledger grows by every run's exclusions
+    # (an incremental build carries the earlier ones forward), and a no-op calls this once per
+    # step (1M ledger rows: 18.5 ms a call grouped whole, 2.6 ms filtered first).
     try:
         rows = con.execute("select table_name, expectation, run_id, count(*)::bigint from ingest.excluded "
-                           "where $table is null or table_name = $table group by all order by all",
-                           {"table": table}).fetchall()
+                           "where run_id in (select unnest($runs)) group by all order by all",
+                           {"runs": sorted({run_id, *built.values()})}).fetchall()
     except duckdb.CatalogException:  # no ledger yet
         return []
     return [(t, e, n) for t, e, r, n in rows if r == (built.get(t) or run_id)]

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 import dagster as dg
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
 
 # The pipeline's runs carry this tag (``defs/automation.flywheel_job``; ``dagster.yaml`` allows one at a time)
 RUN_TAGS = {"flywheel/warehouse": "writer"}
 # Deleting a run costs ~60 ms on SQLite: a long backlog (a lowered setting, a first upgrade) is
 # removed over several runs, none held up by more than a few seconds.
 MAX_PER_CALL = 100
+FAILED_RUNS_STAY = timedelta(minutes=10)
 FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
@@ -41,12 +44,21 @@ def prune_runs(instance: dg.DagsterInstance, keep: int) -> Pruned:
     if keep <= 0:
         return Pruned(0, 0)
     ids = instance.get_run_ids(filters=dg.RunsFilter(tags=RUN_TAGS, statuses=FINISHED))  # newest first
-    old = ids[keep:][::-1][:MAX_PER_CALL]
+    # a run that failed lately stays until the failure sensor has recorded its error (it skips
+    # runs it cannot find), whatever ``keep``
+    recent = set(instance.get_run_ids(filters=dg.RunsFilter(
+        tags=RUN_TAGS, statuses=[dg.DagsterRunStatus.FAILURE],
+        updated_after=datetime.now(timezone.utc) - FAILED_RUNS_STAY)))
+    old = [run_id for run_id in ids[keep:][::-1] if run_id not in recent][:MAX_PER_CALL]
     freed = 0
     storage = instance.event_log_storage
     path_for_shard = getattr(storage, "path_for_shard", None)
+    index_connection = getattr(storage, "index_connection", None)
     for run_id in old:
         instance.delete_run(run_id)
+        if index_connection is not None:  # delete_run leaves the run's asset check evaluations
+            with index_connection() as conn:
+                conn.execute(AssetCheckExecutionsTable.delete().where(AssetCheckExecutionsTable.c.run_id == run_id))
         try:
             instance.compute_log_manager.delete_logs(prefix=[run_id])
         except NotImplementedError:  # a log manager that cannot delete keeps them

@@ -221,7 +221,7 @@ NOT_IN_CODE_KEY = ("automation.py",)
 def code_paths() -> list:
     """The files and directories ``code`` hashes."""
     project = ROOT / "dagster_project"
-    defs = [p for p in sorted((project / "defs").glob("*.py")) if p.name not in NOT_IN_CODE_KEY]
+    defs = [p for p in sorted((project / "defs").rglob("*.py")) if p.name not in NOT_IN_CODE_KEY]
     return [ROOT / "transforms", ROOT / "sql", project / "expectations.py", project / "validation.py",
             project / "tables.py", *defs, project / "sources"]
 
@@ -289,7 +289,7 @@ def exclusions(con: duckdb.DuckDBPyConnection, run_id: str,
     try:
         rows = con.execute("select table_name, expectation, run_id, count(*)::bigint from ingest.excluded "
                            "where run_id in (select unnest($runs)) group by all order by all",
-                           {"runs": sorted({run_id, *built.values()})}).fetchall()
+                           {"runs": sorted({run_id, *built.values()} - {None})}).fetchall()
     except duckdb.CatalogException:  # no ledger yet
         return []
     return [(t, e, n) for t, e, r, n in rows if r == (built.get(t) or run_id)]

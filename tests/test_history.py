@@ -12,9 +12,20 @@ from dagster_project import history
 from dagster_project.history import RUN_TAGS, prune_runs
 
 
-@dg.asset
-def tiny() -> int:
-    return 1
+@dg.asset(check_specs=[dg.AssetCheckSpec("ok", asset="tiny")])
+def tiny():
+    return dg.MaterializeResult(check_results=[dg.AssetCheckResult(passed=True)])
+
+
+def check_rows(home) -> dict[str, int]:
+    """Asset check evaluations per run in the instance's index."""
+    import sqlite3
+
+    con = sqlite3.connect(home / "history" / "runs" / "index.db")
+    try:
+        return dict(con.execute("select run_id, count(*) from asset_check_executions group by run_id").fetchall())
+    finally:
+        con.close()
 
 
 @pytest.fixture
@@ -37,6 +48,10 @@ def shard(home, run_id: str):
 def test_the_newest_finished_runs_are_kept_and_the_others_deleted_with_their_files(home):
     with dg.DagsterInstance.from_config(str(home)) as dagster:
         other = runs_in(dagster, 1, tags={"team": "someone else"})[0]  # another job sharing the instance
+        # the oldest run, which failed a moment ago: the failure sensor has yet to record its error
+        failed = "00000000-0000-4000-8000-00000000f00d"
+        dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=failed, status=dg.DagsterRunStatus.FAILURE,
+                                   tags=RUN_TAGS))
         ours = runs_in(dagster, 5)
         running = "00000000-0000-4000-8000-00000000beef"
         dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=running, status=dg.DagsterRunStatus.STARTED,
@@ -46,7 +61,8 @@ def test_the_newest_finished_runs_are_kept_and_the_others_deleted_with_their_fil
         pruned = prune_runs(dagster, keep=2)
 
         assert pruned.runs == 3 and pruned.bytes >= 3 * 4096
-        assert set(dagster.get_run_ids()) == {other, running, *ours[3:]}
+        assert set(check_rows(home)) == {other, *ours[3:]}  # the deleted runs' check evaluations went too
+        assert set(dagster.get_run_ids()) == {other, running, failed, *ours[3:]}
         for run_id in ours[:3]:
             assert not shard(home, run_id).exists() and not list(home.rglob(f"{run_id}*"))
             assert not dagster.all_logs(run_id)

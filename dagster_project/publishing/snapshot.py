@@ -600,18 +600,30 @@ def _remove_leftovers(export_dir: Path) -> None:
         link.unlink(missing_ok=True)
 
 
-def _referenced_objects(snaps: Path) -> set[str] | None:
-    """The objects every kept snapshot's manifest names; None when one cannot be read."""
-    known: set[str] = set()
+def _kept_manifests(snaps: Path) -> Iterator[dict | None]:
+    """Each kept snapshot's manifest, None for one that is not JSON. A snapshot a killed publish
+    left without one names nothing yet: skipped."""
     for version in _versions(snaps):
         try:
-            manifest = json.loads((snaps / version / MANIFEST).read_text(encoding="utf-8"))
-        except FileNotFoundError:  # a snapshot half-written by a killed publish: it names nothing yet
+            text = (snaps / version / MANIFEST).read_text(encoding="utf-8")
+        except FileNotFoundError:
             continue
-        except (OSError, json.JSONDecodeError):
-            return None
-        known |= manifest_objects(manifest)
-    return known
+        try:
+            manifest = json.loads(text)
+        except json.JSONDecodeError:
+            manifest = None
+        yield manifest
+
+
+def _referenced_objects(snaps: Path) -> set[str] | None:
+    """The objects every kept snapshot's manifest names; None when one cannot be read."""
+    try:
+        manifests = list(_kept_manifests(snaps))
+    except OSError:
+        return None
+    if any(m is None for m in manifests):
+        return None
+    return set().union(*map(manifest_objects, manifests))
 
 
 def manifest_objects(manifest: dict) -> set[str]:
@@ -619,13 +631,10 @@ def manifest_objects(manifest: dict) -> set[str]:
 
 
 def _known_objects(snaps: Path) -> dict[str, str]:
+    """Object -> sha256, as the readable kept manifests record them."""
     known = {}
-    for version in _versions(snaps):
-        try:
-            manifest = json.loads((snaps / version / MANIFEST).read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
-            continue
-        for entry in manifest.get("datasets", {}).values():
+    for manifest in _kept_manifests(snaps):
+        for entry in (manifest or {}).get("datasets", {}).values():
             for f in entry.get("files", []):
                 known.setdefault(f["object"], f["sha256"])
     return known

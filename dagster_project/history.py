@@ -7,7 +7,7 @@ grows it by ~650 MB a year; the new-file sensor can start a run a minute while p
 The pipeline's own ledger of every run (``ingest.runs``: mode, status, error, snapshot) and
 everything a run published are not touched: only Dagster's step-by-step history of old runs goes.
 
-Only finished runs (success, failure, cancelled) tagged as the pipeline's (``RUN_TAGS``: CLI,
+Only finished runs (success, failure, cancelled) tagged as the pipeline's (``state.WRITER_TAGS``: CLI,
 schedule and sensor runs) are counted and deleted; a queued or running run, and runs of other
 jobs sharing the instance, are never touched. Every run materializes every asset (a reused table
 reports its reuse), so the newest run always holds each asset's latest materialization.
@@ -22,8 +22,8 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
 
-# The pipeline's runs carry this tag (``defs/automation.flywheel_job``; ``dagster.yaml`` allows one at a time)
-RUN_TAGS = {"flywheel/warehouse": "writer"}
+from dagster_project.state import WRITER_TAGS
+
 # Deleting a run costs ~60 ms on SQLite: a long backlog (a lowered setting, a first upgrade) is
 # removed over several runs, none held up by more than a few seconds.
 MAX_PER_CALL = 100
@@ -43,11 +43,11 @@ def prune_runs(instance: dg.DagsterInstance, keep: int) -> Pruned:
     captured logs and, on SQLite, their shard file."""
     if keep <= 0:
         return Pruned(0, 0)
-    ids = instance.get_run_ids(filters=dg.RunsFilter(tags=RUN_TAGS, statuses=FINISHED))  # newest first
+    ids = instance.get_run_ids(filters=dg.RunsFilter(tags=WRITER_TAGS, statuses=FINISHED))  # newest first
     # a run that failed lately stays until the failure sensor has recorded its error (it skips
     # runs it cannot find), whatever ``keep``
     recent = set(instance.get_run_ids(filters=dg.RunsFilter(
-        tags=RUN_TAGS, statuses=[dg.DagsterRunStatus.FAILURE],
+        tags=WRITER_TAGS, statuses=[dg.DagsterRunStatus.FAILURE],
         updated_after=datetime.now(timezone.utc) - FAILED_RUNS_STAY)))
     old = [run_id for run_id in ids[keep:][::-1] if run_id not in recent][:MAX_PER_CALL]
     freed = 0

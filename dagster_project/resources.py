@@ -85,6 +85,14 @@ class FlywheelResource(dg.ConfigurableResource):
     def sources(self) -> dict[str, SourceSpec]:
         return load_sources(self.settings().sources_file)
 
+    def source_bytes(self, names: set[str]) -> dict[str, int]:
+        """Source name -> bytes its files hold now, for the enabled ``names`` (the executor's
+        weight of an ingest step no run has timed)."""
+        from dagster_project.engine.discovery import claimed_bytes
+
+        settings = self.settings()
+        return {name: claimed_bytes(spec, settings.raw_dir) for name, spec in self.sources().items() if name in names}
+
     def pseudonym_key(self, log=None) -> bytes:
         """FLYWHEEL_PSEUDONYM_KEY, or a key generated once and kept beside the warehouse."""
         from transforms.pseudonyms import load_or_create_key

@@ -25,6 +25,12 @@ import duckdb
 from dagster_project.settings import Settings
 
 
+# The runs and steps that write the state database carry this tag: ``.dagster_home/dagster.yaml``
+# lets one such run at a time (the writer lock below stops any other), and run-history retention
+# (``history.prune_runs``) counts only the runs tagged with it.
+WRITER_TAGS = {"flywheel/warehouse": "writer"}
+
+
 class WarehouseBusy(RuntimeError):
     pass
 

@@ -30,11 +30,10 @@ from dagster_project import versions
 from dagster_project.metadata import preview
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
+from dagster_project.state import WRITER_TAGS
 from dagster_project.validation import BASELINES, apply_drops, carry_exclusions, record_validations, validate_table
 from transforms.delta import Built, days_of, rows_in
 from transforms.sqlfiles import quote_table
-
-WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
 # Returns its tables' row counts, or a ``Built`` naming the rows it wrote to each table it changed
 # incrementally (then validation and the drop checks look at those).
@@ -189,7 +188,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             for table in spec.tables
         ],
         check_specs=gx_checks(spec.tables),
-        op_tags=WAREHOUSE_TAG,
+        op_tags=WRITER_TAGS,
     )
     def _build(context: dg.AssetExecutionContext, flywheel: FlywheelResource):
         with flywheel.state() as con:

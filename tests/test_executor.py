@@ -17,9 +17,11 @@ import duckdb
 import pytest
 
 from conftest import dumps, interaction, write_lines
-from dagster_project.executor import StepTimes
+from dagster_project import executor
+from dagster_project.executor import SOURCE_TAG, StepTimes
 from dagster_project.pipeline import execute, prepare_state
 from dagster_project.publishing.snapshot import read_manifest
+from dagster_project.resources import FlywheelResource
 from dagster_project.state import record_run, shared_state, state_connection, writer_lock
 from transforms.pseudonyms import load_or_create_key
 
@@ -173,6 +175,54 @@ def test_before_any_times_the_step_more_steps_wait_on_starts_first():
     first_end = min(SPANS[name][1] for name in ("c_narrow", "d_narrow", "w_wide"))
     started_first = {name for name in ("c_narrow", "d_narrow", "w_wide") if SPANS[name][0] < first_end}
     assert started_first == {"w_wide", "c_narrow"}
+
+
+def _reading(name: str, source: str) -> dg.AssetsDefinition:
+    """An ingest-like root step: it reads ``source`` (its op tag) through the flywheel resource."""
+    @dg.asset(name=name, op_tags={SOURCE_TAG: source})
+    def _step(flywheel: FlywheelResource) -> None:
+        _span(name, 0.2)
+
+    return _step
+
+
+def _with_sources(settings) -> dg.JobDefinition:
+    """A root reading interactions (a big file), and two roots reading small sources, each two
+    steps above the end: counted in steps, the small ones' paths are the longer."""
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26.jsonl",
+                [dumps(interaction(i)) for i in range(2000)])
+    write_lines(settings.raw_dir / "feedback" / "x_feedback.jsonl", ["{}"])
+    write_lines(settings.raw_dir / "signals" / "s.jsonl", ["{}"])
+    assets = [_reading("big", "interactions"), _reading("small_a", "feedback"), _reading("small_b", "signals")]
+    for root in ("small_a", "small_b"):
+        assets += [_timed(f"{root}_1", deps=[root]), _timed(f"{root}_2", deps=[f"{root}_1"])]
+    flywheel = FlywheelResource(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
+                                export_dir=str(settings.export_dir))
+    return dg.Definitions(assets=assets, resources={"flywheel": flywheel},
+                          jobs=[dg.define_asset_job("test_job")]).resolve_job_def("test_job")
+
+
+def _started_first() -> set[str]:
+    first_end = min(SPANS[name][1] for name in ("big", "small_a", "small_b"))
+    return {name for name in ("big", "small_a", "small_b") if SPANS[name][0] < first_end}
+
+
+def test_an_untimed_ingest_step_weighs_the_bytes_of_its_source(settings):
+    """The other steps are timed (a source added to a lake that has run): the ingest steps weigh
+    their bytes, ~1 MB of interactions more than the small sources' whole paths."""
+    instance = dg.DagsterInstance.ephemeral()
+    instance.run_storage.set_cursor_values({"flywheel/step_seconds/test_job": json.dumps(
+        {f"{root}_{i}": 0.001 for root in ("small_a", "small_b") for i in (1, 2)})})
+    assert run(_with_sources(settings), threads=2, instance=instance).success
+    assert _started_first() == {"big", "small_a"}
+
+
+def test_in_a_first_run_the_biggest_source_starts_first(settings, monkeypatch):
+    """No step timed: the others weigh 1 each; at 10 kB a second the interactions' ~1 MB outweigh
+    both small paths (as the 1M bench lake's 700 MB do at the real rate)."""
+    monkeypatch.setattr(executor, "FIRST_BYTES_PER_SECOND", 1e4)
+    assert run(_with_sources(settings), threads=2).success
+    assert _started_first() == {"big", "small_a"}
 
 
 # --------------------------------------------------------------------------- shared state

@@ -9,7 +9,8 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from conftest import dumps, interaction, write_lines
 from dagster_project import history
-from dagster_project.history import RUN_TAGS, prune_runs
+from dagster_project.history import prune_runs
+from dagster_project.state import WRITER_TAGS
 
 
 @dg.asset(check_specs=[dg.AssetCheckSpec("ok", asset="tiny")])
@@ -36,7 +37,7 @@ def home(tmp_path):
     return home
 
 
-def runs_in(dagster: dg.DagsterInstance, n: int, tags=RUN_TAGS) -> list[str]:
+def runs_in(dagster: dg.DagsterInstance, n: int, tags=WRITER_TAGS) -> list[str]:
     """``n`` real finished runs, oldest first."""
     return [dg.materialize([tiny], instance=dagster, tags=tags).run_id for _ in range(n)]
 
@@ -51,11 +52,11 @@ def test_the_newest_finished_runs_are_kept_and_the_others_deleted_with_their_fil
         # the oldest run, which failed a moment ago: the failure sensor has yet to record its error
         failed = "00000000-0000-4000-8000-00000000f00d"
         dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=failed, status=dg.DagsterRunStatus.FAILURE,
-                                   tags=RUN_TAGS))
+                                   tags=WRITER_TAGS))
         ours = runs_in(dagster, 5)
         running = "00000000-0000-4000-8000-00000000beef"
         dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=running, status=dg.DagsterRunStatus.STARTED,
-                                   tags=RUN_TAGS))
+                                   tags=WRITER_TAGS))
         assert all(shard(home, r).is_file() for r in ours)
 
         pruned = prune_runs(dagster, keep=2)

@@ -8,18 +8,19 @@ import dagster as dg
 
 from dagster_project.engine import discover
 from dagster_project.executor import threaded_executor
-from dagster_project.history import RUN_TAGS, prune_runs
+from dagster_project.history import prune_runs
 from dagster_project.resources import FlywheelResource
 from dagster_project.settings import Settings
 from dagster_project.sources import load_sources
+from dagster_project.state import WRITER_TAGS
 
-# Every run writes the same DuckDB state database: its tag (RUN_TAGS) is limited to one run at a
+# Every run writes the same DuckDB state database: its tag (WRITER_TAGS) is limited to one run at a
 # time in .dagster_home/dagster.yaml, and the assets also take a file lock, so runs never overlap.
 flywheel_job = dg.define_asset_job(
     "flywheel_job",
     selection=dg.AssetSelection.all(),
     description="Ingest every source, stage, build marts and exports, validate, publish.",
-    tags=RUN_TAGS,
+    tags=WRITER_TAGS,
     executor_def=threaded_executor,
 )
 

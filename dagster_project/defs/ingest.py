@@ -14,20 +14,19 @@ import dagster as dg
 
 from dagster_project import versions
 from dagster_project.engine import Ingestor, check_accounting
+from dagster_project.executor import SOURCE_TAG
 from dagster_project.expectations import FUTURE_SLACK
 from dagster_project.metadata import count, markdown_table, preview
 from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
-from dagster_project.state import record_run
+from dagster_project.state import WRITER_TAGS, record_run
 from dagster_project.tables import baseline_covers, gx_check_results, gx_checks, reused_metadata
 from dagster_project.validation import apply_drops
 from transforms.classify import q
 from transforms.spec import SourceSpec
 from transforms.sqlfiles import materialize
 from transforms.staging import added_rows_in_scope, refresh_staging
-
-WAREHOUSE_TAG = {"flywheel/warehouse": "writer"}
 
 
 class IngestConfig(dg.Config):
@@ -46,7 +45,7 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             "accounting_balances", asset=["ingest", spec.name],
             description="Every line is loaded, quarantined or blank, and every quarantined "
                         "line is stored: lines_read = rows_loaded + rows_quarantined + blank_lines.")],
-        op_tags=WAREHOUSE_TAG,
+        op_tags={**WRITER_TAGS, SOURCE_TAG: spec.name},
     )
     def _ingest(context: dg.AssetExecutionContext, config: IngestConfig,
                 flywheel: FlywheelResource) -> dg.MaterializeResult:
@@ -130,7 +129,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}).",
         kinds={"duckdb"},
         check_specs=gx_checks([f"staging.{spec.name}"]),
-        op_tags=WAREHOUSE_TAG,
+        op_tags=WRITER_TAGS,
     )
     def _staging(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
         table = f"staging.{spec.name}"
@@ -197,7 +196,7 @@ SOURCES = builtin_sources()
     description="Queue rows and TUI ratings as one set of weighted examples, one row per content hash.",
     kinds={"duckdb"},
     check_specs=gx_checks(["staging.weighted_examples"]),
-    op_tags=WAREHOUSE_TAG,
+    op_tags=WRITER_TAGS,
 )
 def weighted_examples(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
     table = "staging.weighted_examples"

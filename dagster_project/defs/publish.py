@@ -8,7 +8,7 @@ from dagster_project import privacy
 from dagster_project.publishing import publish_snapshot, watermarks
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
-from dagster_project.tables import WAREHOUSE_TAG
+from dagster_project.state import WRITER_TAGS
 
 # Everything that writes the state database must finish (and pass its blocking checks) first.
 UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
@@ -23,7 +23,7 @@ UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
     "(FLYWHEEL_EXPORT_DIR/current -> .snapshots/<version>, one atomic rename); unchanged partitions are "
     "hard-linked, a run with nothing new publishes nothing.",
     kinds={"parquet", "duckdb"},
-    op_tags=WAREHOUSE_TAG,
+    op_tags=WRITER_TAGS,
 )
 def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
     settings = flywheel.settings()

@@ -25,6 +25,17 @@ def claims_any(spec: SourceSpec, raw_dir: Path) -> bool:
     return next(_matches(spec, raw_dir), None) is not None
 
 
+def claimed_bytes(spec: SourceSpec, raw_dir: Path) -> int:
+    """Bytes of the files the source's globs match (a file gone meanwhile counts 0)."""
+    total = 0
+    for real in _matches(spec, raw_dir):
+        try:
+            total += real.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
 def _matches(spec: SourceSpec, raw_dir: Path) -> Iterator[Path]:
     for pattern in spec.globs:
         pattern = os.path.expanduser(pattern)

@@ -30,6 +30,8 @@ PROVENANCE = [("path", "varchar"), ("line_number", "bigint"), ("byte_offset", "b
 # Private bookkeeping (the lineage schema is never published).
 WATERMARKS = "lineage.staging_watermarks"
 TOMBSTONES = "lineage.raw_tombstones"  # (source, seq, path, line_number): rows a SQLite delete flagged
+TOMBSTONES_DDL = (f"create table if not exists {TOMBSTONES} "
+                  "(source varchar, seq bigint, path varchar, line_number bigint)")
 _ROOT = Path(__file__).resolve().parents[1]
 # What the outcome of an incremental step is a function of besides the data: this module, the
 # drop suite and the drop step (a changed expectation must be re-applied to every winner).
@@ -98,8 +100,7 @@ def log_tombstones(con: duckdb.DuckDBPyConnection, source: str, seq: int, path: 
     if not keys:
         return
     con.execute("create schema if not exists lineage")
-    con.execute(f"create table if not exists {TOMBSTONES} "
-                "(source varchar, seq bigint, path varchar, line_number bigint)")
+    con.execute(TOMBSTONES_DDL)  # ingest may run before any run prepared the state (ensure_tables)
     con.execute(f"insert into {TOMBSTONES} select $source, $seq, $path, unnest($keys::bigint[])",
                 {"source": source, "seq": seq, "path": path, "keys": keys})
 
@@ -150,8 +151,7 @@ def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"create table if not exists {WATERMARKS} (table_name varchar primary key, "
                 "raw_epoch varchar, code_key varchar, applied_seq bigint, drop_now timestamptz, "
                 "run_id varchar, mode varchar, redecided bigint, built_at timestamptz)")
-    con.execute(f"create table if not exists {TOMBSTONES} "
-                "(source varchar, seq bigint, path varchar, line_number bigint)")
+    con.execute(TOMBSTONES_DDL)
 
 
 def _excluded_table(spec: SourceSpec) -> str:

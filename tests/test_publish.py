@@ -622,6 +622,83 @@ def test_run_bookkeeping_written_after_a_publish_does_not_make_the_next_run_publ
     assert third.status == "published" and "internal/ingest.erasures" in third.manifest["datasets"]
 
 
+def log_validations(state: Path, day: str, rows: int, run: str) -> None:
+    """``rows`` validation results of run ``run``, recorded on ``day``."""
+    from dagster_project.validation import ensure_validations_table
+
+    con = duckdb.connect(str(state))
+    con.execute("set TimeZone = 'UTC'")
+    ensure_validations_table(con)
+    con.execute("insert into ingest.validations (run_id, table_name, expectation, success, validated_at) "
+                "select $run, 'staging.interactions', 'check ' || i, true, $day::timestamptz + to_seconds(i % 80000) "
+                "from range($rows) t(i)", {"run": run, "day": day, "rows": rows})
+    con.close()
+
+
+def compact(state: Path) -> None:
+    """Copy the state database into a fresh file, as an erasure does (``privacy.compact_state``):
+    the rows after a deleted one are numbered one lower."""
+    fresh = state.with_name("compacted.duckdb")
+    con = duckdb.connect()
+    con.execute(f"attach '{state}' as old (read_only); attach '{fresh}' as new; copy from database old to new")
+    con.execute("detach old; detach new")
+    con.close()
+    os.replace(fresh, state)
+
+
+def test_the_run_log_hashes_only_the_days_of_its_new_rows_until_a_row_is_deleted(tmp_path, monkeypatch):
+    """ingest.validations grows by every run's results: a publish hashes the days of the rows
+    appended since the last one, and publishes what hashing it whole would. After a deletion and
+    a compaction that leaves as many rows up to the last publish's mark (one deleted, one
+    appended, the rows after it renumbered), it is hashed whole."""
+    from dagster_project.publishing import snapshot as publisher
+
+    whole: list[str] = []  # the tables hashed whole
+    plan = publisher.plan
+    monkeypatch.setattr(publisher, "plan", lambda con, d, objects: whole.append(d.table) or plan(con, d, objects))
+
+    def files(result) -> list[tuple]:
+        entry = result.manifest["datasets"]["internal/ingest.validations"]
+        return [(f["name"], f["rows"], f["object"]) for f in entry["files"]]
+
+    def as_if_whole(name: str) -> list[tuple]:
+        return files(publish(state, tmp_path / name, name))
+
+    state = toy_state(tmp_path / "state.duckdb", months=3, per_month=50)
+    for day in ("2026-01-01", "2026-01-02", "2026-01-03"):
+        log_validations(state, day, 2_000, run=day)  # 6,000 rows: files by day
+    publish(state, tmp_path, "first")
+    assert "ingest.validations" in whole  # nothing to start from
+
+    whole.clear()
+    log_validations(state, "2026-01-05", 300, run="second")
+    append_month(state, 5)
+    second = publish(state, tmp_path, "second")
+    assert "ingest.validations" not in whole
+    assert {f[0] for f in files(second)} >= {"part-2026-01-01.parquet", "part-2026-01-05.parquet"}
+    assert files(second) == as_if_whole("fresh-second")
+
+    whole.clear()
+    con = duckdb.connect(str(state))
+    con.execute("delete from ingest.validations where run_id = '2026-01-01' and expectation = 'check 0'")
+    con.close()
+    log_validations(state, "2026-01-06", 1, run="third")
+    compact(state)
+    append_month(state, 5, start=20_000_000)
+    third = publish(state, tmp_path, "third")
+    assert "ingest.validations" in whole
+    assert files(third) == as_if_whole("fresh-third") != files(second)
+
+    whole.clear()  # a deletion alone: one row fewer up to the mark, the others where they were
+    con = duckdb.connect(str(state))
+    con.execute("delete from ingest.validations where run_id = '2026-01-02' and expectation = 'check 7'")
+    con.close()
+    append_month(state, 5, start=30_000_000)
+    fourth = publish(state, tmp_path, "fourth")
+    assert "ingest.validations" in whole
+    assert files(fourth) == as_if_whole("fresh-fourth") != files(third)
+
+
 def test_retention_keeps_n_snapshots_and_drops_unreferenced_objects(tmp_path):
     state = toy_state(tmp_path / "state.duckdb", months=2, per_month=50)
     versions = []

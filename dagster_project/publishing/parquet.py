@@ -40,7 +40,7 @@ import duckdb
 
 from transforms.classify import q
 from transforms.partitions import DAY, MONTH, UNDATED, partition_column, time_sql
-from transforms.sqlfiles import lit
+from transforms.sqlfiles import lit, quote_table
 
 FORMAT = "flywheel-parquet/2"
 ROW_GROUP_ROWS = 100_000
@@ -113,6 +113,7 @@ class Plan:
     parts: list[Part] = field(default_factory=list)
     from_manifest: bool = False  # taken from the current manifest: the table was not read
     rule: str | None = None  # the grouping rule it was cut under (``partition_rule``)
+    mark: dict | None = None  # where an append-only table ended when it was planned (``append_mark``)
 
     @property
     def rows(self) -> int:
@@ -349,6 +350,38 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     fresh = _hash_parts(con, dataset, columns, part_sql, objects, where=where) if names else []
     parts = sorted(kept + fresh, key=lambda p: p.stem)  # as plan orders __part
     return Plan(dataset, entry["columns"], part_sql, parts, rule=partition_rule()) if parts else None
+
+
+def append_mark(con: duckdb.DuckDBPyConnection, table: str) -> dict | None:
+    """Where ``table``, a table rows are only appended to, ends now: its last rowid, its row count
+    and that row's hash (None when empty), for ``appended_days`` at its next publish."""
+    last, rows = con.execute(f"select max(rowid), count(*) from {quote_table(table)}").fetchone()
+    if last is None:
+        return None
+    (row_hash,) = con.execute(f"select hash(t)::varchar from {quote_table(table)} t where rowid = $r",
+                              {"r": last}).fetchone()
+    return {"rowid": int(last), "rows": int(rows), "row_hash": row_hash, "duckdb": duckdb.__version__}
+
+
+def appended_days(con: duckdb.DuckDBPyConnection, table: str, mark: dict) -> set[str] | None:
+    """The event days of the rows appended to ``table`` since ``mark`` (its ``append_mark`` then),
+    for ``replan``; None when the rows up to the mark may have changed since. DuckDB numbers rows
+    by position: appended rows come after the mark, a deleted row leaves one fewer up to it, and
+    a checkpoint that vacuums it (or a compaction) numbers the rows after it one lower, which
+    moves another row to the mark's rowid (its hash differs: rows hold their run and time)."""
+    if mark.get("duckdb") != duckdb.__version__:  # hash() is stable within a version only
+        return None
+    columns = {name: str(type_) for name, type_, *_ in con.execute(f"describe {quote_table(table)}").fetchall()}
+    col = partition_column(columns)
+    if col is None:
+        return None
+    rows, row_hash = con.execute(
+        f"select count(*), (select hash(t)::varchar from {quote_table(table)} t where rowid = $r) "
+        f"from {quote_table(table)} where rowid <= $r", {"r": mark["rowid"]}).fetchone()
+    if rows != mark["rows"] or row_hash != mark["row_hash"]:
+        return None
+    return {day for (day,) in con.execute(f"select distinct {time_sql(col)} from {quote_table(table)} "
+                                          "where rowid > $r", {"r": mark["rowid"]}).fetchall()}
 
 
 def _months(start: str, end: str) -> list[str]:

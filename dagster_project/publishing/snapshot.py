@@ -63,6 +63,10 @@ WAREHOUSE_SCHEMAS = ("ingest", "staging", "marts", "exports")  # raw.* stays pri
 # publish, by retention on kept snapshots), so it never makes a run "changed" on its own; it is
 # published with the next snapshot that has new data.
 RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files", "ingest.erasures"})
+# The run log's tables that grow by every run's rows and are otherwise only deleted from (an
+# erasure): a publish hashes only the days of the rows appended since the last one
+# (``_plan_run_log``), so its cost does not grow with the number of runs behind it.
+APPEND_ONLY = frozenset({"ingest.validations", "ingest.excluded"})
 # Columns holding a raw session or user id (staging names them so): pseudonymised when shared,
 # and the values the privacy gate looks for in every shared dataset.
 ID_COLUMN = r"(^|_)(session|user)_id"
@@ -227,7 +231,8 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         _record_snapshot(con, run_id, version, "published")
         # the run log now holds this run; datasets keep their order in the manifest
         run_log = [d for d in published if d.path not in plans]
-        plans.update(zip((d.path for d in run_log), on_connections(cons, run_log, lambda c, d: plan(c, d, objects))))
+        plans.update(zip((d.path for d in run_log), on_connections(
+            cons, run_log, lambda c, d: _plan_run_log(c, d, objects, before.get(d.path)))))
         plans = {d.path: plans[d.path] for d in published}
 
         snap = snaps / version
@@ -315,6 +320,7 @@ def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: di
             "validation": validation["tables"].get(p.dataset.table, {"status": "not validated"}),
             "files": [{"name": f.name, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256, "object": f.key,
                        "reused": f.reused} for f in p.parts],
+            **({"appended_through": p.mark} if p.mark else {}),
         } for path, p in plans.items()},
     }
     _write_manifest(snap, manifest)
@@ -362,6 +368,22 @@ def _plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, input
             if replanned is not None:
                 return replanned
     return plan(con, dataset, objects)
+
+
+def _plan_run_log(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entry: dict | None) -> Plan:
+    """A run-log dataset, hashed whole, except an ``APPEND_ONLY`` table whose rows up to the
+    previous entry's mark are as they were: then only the days of the rows appended since (a
+    run's ~340 validation results on a daily lake: its last day). Measured on a run log of 1M
+    validations and 1M exclusions (~3,000 runs): hashing both whole cost ~310 ms a publish."""
+    mark = parquet.append_mark(con, dataset.table) if dataset.table in APPEND_ONLY else None
+    planned = None
+    if mark is not None and entry and entry.get("appended_through"):
+        days = parquet.appended_days(con, dataset.table, entry["appended_through"])
+        if days is not None:
+            planned = parquet.replan(con, dataset, objects, entry, days)
+    planned = planned or plan(con, dataset, objects)
+    planned.mark = mark
+    return planned
 
 
 def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: dict, plans: dict[str, Plan],

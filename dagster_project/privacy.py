@@ -325,7 +325,7 @@ def _save_keys(settings: Settings, keys: set[str]) -> None:
 def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
     """Rewrite every kept snapshot's Parquet files without the rows ``condition(table, columns)``
     (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots)."""
-    from dagster_project.publishing.parquet import fsync_dir, fsync_file, lit, sha256_file
+    from dagster_project.publishing.parquet import PARQUET_OPTIONS, fsync_dir, fsync_file, lit, sha256_file
     from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
                                                      manifest_objects, snapshots_dir)
 
@@ -359,7 +359,7 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
                         continue
                     tmp = snaps / OBJECTS / f".tmp-erase-{os.getpid()}.parquet"
                     con.execute(f"copy (select * from read_parquet({lit(file)}) where not coalesce({where}, false)) "
-                                f"to {lit(tmp)} (format parquet, compression zstd)")
+                                f"to {lit(tmp)} ({PARQUET_OPTIONS})")
                     fsync_file(tmp)
                     sha = sha256_file(tmp)
                     key = f"erased-{sha[:40]}"

@@ -510,7 +510,7 @@ def test_a_partition_file_is_what_a_partitioned_copy_writes_and_every_column_is_
     dataset = parquet.Dataset("main.t", "internal/t", "internal", "select * from main.t", ("id",))
     planned = parquet.plan(con, dataset, tmp_path / "objects")
     assert [p.name for p in planned.parts] == ["part-2026-01.parquet", "part-2026-02.parquet", "part-2026-03.parquet"]
-    options = f"format parquet, compression zstd, row_group_size {parquet.ROW_GROUP_ROWS}"
+    options = parquet.PARQUET_OPTIONS
     order_sql = ", ".join(f'"{c}" asc nulls first' for c in parquet.sort_columns(con, planned, planned.parts))
     written = parquet._copy_sorted(con, planned, planned.parts, tmp_path, order_sql, options)
     (tmp_path / "alone").mkdir()

@@ -44,6 +44,10 @@ from transforms.sqlfiles import lit, quote_table
 
 FORMAT = "flywheel-parquet/2"
 ROW_GROUP_ROWS = 100_000
+# zstd at level 1: the 1M lake's snapshot is as large as at DuckDB's default level 3 (157 MB
+# against 158 MB: small files, mostly dictionary-encoded) and costs ~8% less CPU to write
+# (20.8 s against 22.2-23.0 s of a full publish).
+PARQUET_OPTIONS = f"format parquet, compression zstd, compression_level 1, row_group_size {ROW_GROUP_ROWS}"
 DAY_GRAIN_ROWS = 5_000
 # A day-cut table's old month is one file when it holds at most this many rows (``grouping``).
 MONTH_FILE_ROWS = 50_000
@@ -544,7 +548,6 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
     immutable, and ``reuse`` checked each exists.
     """
     dataset = planned.dataset
-    options = f"format parquet, compression zstd, row_group_size {ROW_GROUP_ROWS}"
     order_sql = ", ".join(f"{q(c)} asc nulls first" for c in sort_columns(con, planned, missing))
     batch_dir = objects / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
     try:
@@ -553,7 +556,7 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
         written: dict[str, Path] = {}
         for chunk in copy_chunks(missing):
             batch_dir.mkdir(exist_ok=True)
-            written |= _copy_sorted(con, planned, chunk, batch_dir, order_sql, options)
+            written |= _copy_sorted(con, planned, chunk, batch_dir, order_sql, PARQUET_OPTIONS)
         for part in planned.parts:
             if id(part) in elsewhere:
                 continue

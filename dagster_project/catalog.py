@@ -225,6 +225,10 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.excluded.expectation": "The drop expectation that excluded the row.",
     "ingest.excluded.detail": "The offending value: <column> = <JSON value>.",
     "ingest.excluded.excluded_at": "When the row was excluded (UTC).",
+    "ingest.excluded.recorded_at": "When this run recorded the row (a standing exclusion is recorded again by "
+                                   "each run that builds its table); the published files are cut by its day.",
+    "ingest.validations.recorded_at": "When this run recorded the result (a reused result is recorded again, "
+                                      "validated_at keeps when it ran); the published files are cut by its day.",
     "ingest.bronze_applied.seq": "Observation sequence of the last bronze entry applied.",
     "ingest.sqlite_keys.key": "The SQLite table's integer key.",
     "ingest.sqlite_keys.sha256": "sha256 of the row's record as last read.",

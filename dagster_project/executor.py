@@ -262,7 +262,8 @@ def first_weights(job_context: PlanExecutionContext, execution_plan: ExecutionPl
     refresh weighed every step 1, so the longest path was the one of most steps, not the one of
     most work: through staging, ``ingest/interactions`` (700 MB at 1M) started after
     ``ingest/eventlog`` and ``ingest/weighted_ratings``, 2.4 s late on the run's critical path.
-    Unreadable settings or files give no weights (the order is a hint; the steps report errors)."""
+    Settings or a source registry that cannot be read give no weights, a file gone meanwhile 0
+    bytes (the order is a hint; the steps report errors)."""
     untimed = {}
     for key in keys:
         source = (execution_plan.get_step_by_key(key).tags or {}).get(SOURCE_TAG)
@@ -280,8 +281,8 @@ def first_weights(job_context: PlanExecutionContext, execution_plan: ExecutionPl
 
 def descendants(execution_plan: ExecutionPlan, keys: list[str]) -> dict[str, int]:
     """Step key -> how many steps wait on it, directly or not: between steps whose paths weigh
-    the same (before any run has timed them, every step weighs 1), the one more of the run
-    waits on starts first. In a first full refresh ``ingest/interactions`` (five steps below
+    the same (before any run has timed them, every step but an ingest step weighs 1), the one
+    more of the run waits on starts first. In a first full refresh ``ingest/interactions`` (five steps below
     it) started after ``ingest/feedback`` (four), by name, and finished 20th of 26."""
     below = _dependents(execution_plan, keys)
     every: dict[str, set[str]] = {}

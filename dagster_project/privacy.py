@@ -377,6 +377,7 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
                     entry["rows"] -= n
                     entry["content_hash"] = hashlib.sha256(
                         "".join(x["sha256"] for x in entry["files"]).encode()).hexdigest()
+                    entry.pop("appended_through", None)  # its files no longer end where the table did
                     removed += n
                     changed = True
             if changed:

@@ -91,7 +91,8 @@ class FlywheelResource(dg.ConfigurableResource):
         from dagster_project.engine.discovery import claimed_bytes
 
         settings = self.settings()
-        return {name: claimed_bytes(spec, settings.raw_dir) for name, spec in self.sources().items() if name in names}
+        return {name: claimed_bytes(spec, settings.raw_dir)
+                for name, spec in load_sources(settings.sources_file).items() if name in names}
 
     def pseudonym_key(self, log=None) -> bytes:
         """FLYWHEEL_PSEUDONYM_KEY, or a key generated once and kept beside the warehouse."""

@@ -1094,12 +1094,29 @@ VALIDATIONS_COLUMNS = {
 }
 
 
+# When a row was written to the run log, a copy of a reused result or of a standing exclusion
+# included (``validated_at`` / ``excluded_at`` keep when the check ran): the day the publisher cuts
+# the run log's files by, so a run's rows fall on the day it ran and earlier days' files never
+# change (``snapshot.APPEND_ONLY``). Written by its default: no insert names it.
+RECORDED_AT = "recorded_at timestamptz default current_timestamp"
+
+
+def _ensure_recorded_at(con: duckdb.DuckDBPyConnection, table: str, have: dict, stamp: str) -> None:
+    """An older ``table`` without ``recorded_at``: add it, its rows stamped with ``stamp``."""
+    if "recorded_at" not in have:
+        con.execute(f"alter table {table} add column recorded_at timestamptz")
+        con.execute(f"update {table} set recorded_at = {stamp}")
+        con.execute(f"alter table {table} alter column recorded_at set default current_timestamp")
+
+
 def ensure_validations_table(con: duckdb.DuckDBPyConnection) -> None:
-    ensure_table(con, "ingest.validations", ", ".join(f"{name} {kind}" for name, kind in VALIDATIONS_COLUMNS.items()))
+    ensure_table(con, "ingest.validations",
+                 ", ".join([*(f"{name} {kind}" for name, kind in VALIDATIONS_COLUMNS.items()), RECORDED_AT]))
     have = table_columns(con, "ingest.validations") or {}
     for name, kind in VALIDATIONS_COLUMNS.items():  # an older table: add what it lacks
         if name not in have:
             con.execute(f"alter table ingest.validations add column {name} {kind}")
+    _ensure_recorded_at(con, "ingest.validations", have, "validated_at")
 
 
 def record_validations(con: duckdb.DuckDBPyConnection, report: ValidationReport) -> int:
@@ -1158,7 +1175,9 @@ class DropReport:
 
 
 def ensure_excluded_table(con: duckdb.DuckDBPyConnection) -> None:
-    ensure_table(con, "ingest.excluded", ", ".join(f"{name} {kind}" for name, kind in EXCLUDED_COLUMNS.items()))
+    ensure_table(con, "ingest.excluded",
+                 ", ".join([*(f"{name} {kind}" for name, kind in EXCLUDED_COLUMNS.items()), RECORDED_AT]))
+    _ensure_recorded_at(con, "ingest.excluded", table_columns(con, "ingest.excluded") or {}, "excluded_at")
 
 
 def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now: datetime | None = None,
@@ -1229,7 +1248,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             con.execute(f"insert into _fw_drop {sql}")
         # A row failing several drop checks is excluded once, by the first in suite order.
         con.execute(
-            "insert into ingest.excluded select ?, ?, __key, expectation, detail, __path, __line, ? from ("
+            f"insert into ingest.excluded ({', '.join(EXCLUDED_COLUMNS)}) "
+            "select ?, ?, __key, expectation, detail, __path, __line, ? from ("
             "select * from _fw_drop qualify row_number() over (partition by __rid order by __order) = 1)",
             [run_id, table, now])
         con.execute(f"delete from {quoted} where rowid in (select __rid from _fw_drop)")
@@ -1266,8 +1286,8 @@ def carry_exclusions(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str,
                        [previous_run, table]).fetchone()[0]:
         return 0
     return int(con.execute(
-        f"""insert into ingest.excluded
-        select * replace ($run as run_id) from ingest.excluded as p
+        f"""insert into ingest.excluded by name
+        select * exclude (recorded_at) replace ($run as run_id) from ingest.excluded as p
         where p.run_id = $previous and p.table_name = $table
             and not exists (select 1 from ingest.excluded as n where n.run_id = $run
                             and n.table_name = $table and n.row_key = p.row_key and n.expectation = p.expectation)

@@ -344,7 +344,8 @@ def reuse_validations(con: duckdb.DuckDBPyConnection, keys: dict[str, str | None
     if not reusable:
         return {}
     copied = {table for (table,) in con.execute(
-        "insert into ingest.validations by name select * replace ($run as run_id) from ingest.validations v "
+        "insert into ingest.validations by name select * exclude (recorded_at) replace ($run as run_id) "
+        "from ingest.validations v "
         "semi join (select unnest($tables) as table_name, unnest($runs) as run_id) c "
         "on c.table_name = v.table_name and c.run_id = v.run_id returning table_name",
         {"run": run_id, "tables": list(reusable), "runs": [r[2] for r in reusable.values()]}).fetchall()}

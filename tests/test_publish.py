@@ -622,16 +622,18 @@ def test_run_bookkeeping_written_after_a_publish_does_not_make_the_next_run_publ
     assert third.status == "published" and "internal/ingest.erasures" in third.manifest["datasets"]
 
 
-def log_validations(state: Path, day: str, rows: int, run: str) -> None:
-    """``rows`` validation results of run ``run``, recorded on ``day``."""
+def log_validations(state: Path, day: str, rows: int, run: str, validated_on: str = "2026-01-01") -> None:
+    """``rows`` validation results of run ``run``, recorded on ``day`` (results of a validation on
+    ``validated_on``, as a run that reuses them records them again)."""
     from dagster_project.validation import ensure_validations_table
 
     con = duckdb.connect(str(state))
     con.execute("set TimeZone = 'UTC'")
     ensure_validations_table(con)
-    con.execute("insert into ingest.validations (run_id, table_name, expectation, success, validated_at) "
-                "select $run, 'staging.interactions', 'check ' || i, true, $day::timestamptz + to_seconds(i % 80000) "
-                "from range($rows) t(i)", {"run": run, "day": day, "rows": rows})
+    con.execute("insert into ingest.validations (run_id, table_name, expectation, success, validated_at, recorded_at) "
+                "select $run, 'staging.interactions', 'check ' || i, true, $validated::timestamptz, "
+                "$day::timestamptz + to_seconds(i % 80000) from range($rows) t(i)",
+                {"run": run, "day": day, "rows": rows, "validated": validated_on})
     con.close()
 
 

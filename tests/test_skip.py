@@ -395,6 +395,36 @@ def test_a_reused_validation_is_recorded_for_the_run_that_reuses_it_failures_inc
         _gate_validations(con, "run-2")  # a reused failure still blocks the publish
 
 
+def test_the_run_log_records_when_a_row_was_written_and_an_older_table_is_stamped_once(tmp_path):
+    """A reused result is recorded again on the day the run records it (the day the publisher cuts
+    the run log's files by, so earlier days' files never change) and keeps when its check ran; the
+    rows of a table from before ``recorded_at`` are stamped with that time."""
+    from datetime import datetime, timedelta, timezone
+
+    from dagster_project import versions
+    from dagster_project.validation import ensure_excluded_table, ensure_validations_table
+
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("set TimeZone = 'UTC'")
+    con.execute("create schema ingest")
+    con.execute("create table ingest.validations (run_id varchar, table_name varchar, expectation varchar, "
+                "validated_at timestamptz)")  # as an older version left it
+    con.execute("create table ingest.excluded (run_id varchar, table_name varchar, row_key varchar, "
+                "excluded_at timestamptz)")
+    con.execute("insert into ingest.validations values ('run-1', 'marts.m', 'id not null', '2026-01-05 10:00:00+00')")
+    con.execute("insert into ingest.excluded values ('run-1', 'marts.m', 'k', '2026-01-06 11:00:00+00')")
+    ensure_validations_table(con)
+    ensure_excluded_table(con)
+    assert con.execute("select count(*) from ingest.validations where recorded_at = validated_at").fetchone() == (1,)
+    assert con.execute("select count(*) from ingest.excluded where recorded_at = excluded_at").fetchone() == (1,)
+    versions.record_validation(con, "marts.m", "k1", "run-1", True, {"failed": "none", "validated_on": "2026-01-05"})
+    before = datetime.now(timezone.utc) - timedelta(seconds=5)
+    assert versions.reuse_validations(con, {"marts.m": "k1"}, "run-2", date(2026, 3, 1)).keys() == {"marts.m"}
+    validated, recorded = con.execute(
+        "select validated_at, recorded_at from ingest.validations where run_id = 'run-2'").fetchone()
+    assert validated == datetime(2026, 1, 5, 10, tzinfo=timezone.utc) and recorded >= before
+
+
 def test_reusing_the_validations_of_many_tables_at_once_decides_each_as_alone(tmp_path):
     """A no-op reuses ~40 tables' results in one step: each table is still decided on its own
     (its key, the run that validated it, its result's day, its rows in the run log), and only the

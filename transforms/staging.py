@@ -100,7 +100,7 @@ def log_tombstones(con: duckdb.DuckDBPyConnection, source: str, seq: int, path: 
     if not keys:
         return
     con.execute("create schema if not exists lineage")
-    con.execute(TOMBSTONES_DDL)  # ingest may run before any run prepared the state (ensure_tables)
+    con.execute(TOMBSTONES_DDL)  # an Ingestor used outside a run finds no prepared state (ensure_tables)
     con.execute(f"insert into {TOMBSTONES} select $source, $seq, $path, unnest($keys::bigint[])",
                 {"source": source, "seq": seq, "path": path, "keys": keys})
 

@@ -26,9 +26,9 @@ def claims_any(spec: SourceSpec, raw_dir: Path) -> bool:
 
 
 def claimed_bytes(spec: SourceSpec, raw_dir: Path) -> int:
-    """Bytes of the files the source's globs match (a file gone meanwhile counts 0)."""
+    """Bytes of the files the source claims, each once (a file gone meanwhile counts 0)."""
     total = 0
-    for real in _matches(spec, raw_dir):
+    for _, real in discover(spec, raw_dir):
         try:
             total += real.stat().st_size
         except OSError:

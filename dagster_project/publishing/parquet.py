@@ -14,7 +14,8 @@ or absent). Their rows are read through a range on the raw time column as well a
 (``rows_of``), so DuckDB skips the old row groups instead of naming every row's partition.
 When the builds since the last snapshot said on which event days they changed rows
 (``versions.changed_days``), only those days' rows are hashed and the other files are the last
-manifest's (``replan``).
+manifest's (``replan``); for a table rows are only appended to (the run log), the days of the
+rows after the mark of where it ended (``append_mark``, ``appended_days``).
 Training sets are also cut by split (``train-*`` / ``test-*`` files, the Hugging Face
 convention; our ``eval`` split is HF's ``test``).
 

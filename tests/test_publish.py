@@ -21,7 +21,7 @@ from dagster_project import versions
 from dagster_project.pipeline import run_pipeline
 from dagster_project.publishing import (CURRENT, SNAPSHOTS, PublishError, current_version, list_snapshots,
                                         publish_snapshot, read_manifest, status, verify_snapshot)
-from dagster_project.publishing.snapshot import FAULT_ENV, ID_COLUMN, RUN_LOG
+from dagster_project.publishing.snapshot import APPEND_ONLY, FAULT_ENV, ID_COLUMN, RUN_LOG
 from transforms.pseudonyms import session_pseudonym
 
 KEY = "test-key"
@@ -876,15 +876,19 @@ def test_a_legacy_layout_is_migrated_once(tmp_path):
 
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
 
-ACTIONS = st.lists(st.tuples(st.sampled_from(["append", "delete", "update", "publish"]), st.integers(0, 10_000)),
-                   min_size=1, max_size=5)
+ACTIONS = st.lists(st.tuples(st.sampled_from(["append", "delete", "update", "log", "erase", "publish"]),
+                             st.integers(0, 10_000)), min_size=1, max_size=6)
 
 
 @hsettings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=ACTIONS)
 def test_publishing_incrementally_equals_publishing_once(tmp_path_factory, actions):
+    """Whatever rows change between publishes, the last snapshot holds the files one publish of
+    the final state writes; the run log's validations included (results logged on any day, or a
+    row erased and the state compacted), its other tables recording the publishes themselves."""
     root = tmp_path_factory.mktemp("prop")
     state = toy_state(root / "state.duckdb", months=3, per_month=30)
+    log_validations(state, "2026-01-01", 10, run="run-0")
     publish(state, root, "run-0")
     for i, (action, n) in enumerate(actions, start=1):
         con = duckdb.connect(str(state))
@@ -899,14 +903,22 @@ def test_publishing_incrementally_equals_publishing_once(tmp_path_factory, actio
             con.execute("update exports.sft set split = case when split = 'eval' then 'train' else 'eval' end "
                         "where interaction_id = (select min(interaction_id) from exports.sft where hash(interaction_id) % 7 = ?)",
                         [n % 7])
+        elif action == "erase":
+            con.execute("delete from ingest.validations where expectation = (select min(expectation) "
+                        "from ingest.validations)")
+            con.close()
+            compact(state)
+            con = duckdb.connect(str(state))
         con.close()
+        if action == "log":  # a few results, or thousands (the run log then cut by day)
+            log_validations(state, f"2026-0{1 + n % 3}-{1 + n % 28:02d}", 1 + n % 4 * 1_500, run=f"log-{i}")
         if action == "publish" or i == len(actions):
             publish(state, root, f"run-{i}", keep=2)
     incremental = verify_snapshot(root / "exports")
     once = publish(state, root / "once", "once").manifest
     assert data_hashes(incremental) == data_hashes(once)
     for path, entry in once["datasets"].items():
-        if entry["table"] in RUN_LOG:
+        if entry["table"] in RUN_LOG - APPEND_ONLY:
             continue
         assert [(f["name"], f["rows"], f["object"]) for f in incremental["datasets"][path]["files"]] == \
                [(f["name"], f["rows"], f["object"]) for f in entry["files"]], path

@@ -638,14 +638,13 @@ def log_validations(state: Path, day: str, rows: int, run: str, validated_on: st
 
 
 def compact(state: Path) -> None:
-    """Copy the state database into a fresh file, as an erasure does (``privacy.compact_state``):
-    the rows after a deleted one are numbered one lower."""
-    fresh = state.with_name("compacted.duckdb")
-    con = duckdb.connect()
-    con.execute(f"attach '{state}' as old (read_only); attach '{fresh}' as new; copy from database old to new")
-    con.execute("detach old; detach new")
-    con.close()
-    os.replace(fresh, state)
+    """Compact the state database as an erasure does (``privacy.compact_state``, which reads only
+    the settings' ``state_db``): the rows after a deleted one are numbered one lower."""
+    from types import SimpleNamespace
+
+    from dagster_project.privacy import compact_state
+
+    compact_state(SimpleNamespace(state_db=state))
 
 
 def test_the_run_log_hashes_only_the_days_of_its_new_rows_until_a_row_is_deleted(tmp_path, monkeypatch):

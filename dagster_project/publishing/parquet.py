@@ -357,15 +357,23 @@ def replan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, entr
     return Plan(dataset, entry["columns"], part_sql, parts, rule=partition_rule()) if parts else None
 
 
+def _through(con: duckdb.DuckDBPyConnection, table: str, rowid: int) -> tuple[int, str | None]:
+    """The rows of ``table`` up to ``rowid`` and the hash of the row at it: what a mark records
+    (``append_mark``) and what ``appended_days`` compares, computed by the one statement."""
+    rows, row_hash = con.execute(
+        f"select count(*), (select hash(t)::varchar from {quote_table(table)} t where rowid = $r) "
+        f"from {quote_table(table)} where rowid <= $r", {"r": rowid}).fetchone()
+    return int(rows), row_hash
+
+
 def append_mark(con: duckdb.DuckDBPyConnection, table: str) -> dict | None:
     """Where ``table``, a table rows are only appended to, ends now: its last rowid, its row count
     and that row's hash (None when empty), for ``appended_days`` at its next publish."""
-    last, rows = con.execute(f"select max(rowid), count(*) from {quote_table(table)}").fetchone()
+    (last,) = con.execute(f"select max(rowid) from {quote_table(table)}").fetchone()
     if last is None:
         return None
-    (row_hash,) = con.execute(f"select hash(t)::varchar from {quote_table(table)} t where rowid = $r",
-                              {"r": last}).fetchone()
-    return {"rowid": int(last), "rows": int(rows), "row_hash": row_hash, "duckdb": duckdb.__version__}
+    rows, row_hash = _through(con, table, int(last))
+    return {"rowid": int(last), "rows": rows, "row_hash": row_hash, "duckdb": duckdb.__version__}
 
 
 def appended_days(con: duckdb.DuckDBPyConnection, table: str, mark: dict) -> set[str] | None:
@@ -380,10 +388,7 @@ def appended_days(con: duckdb.DuckDBPyConnection, table: str, mark: dict) -> set
     col = partition_column(columns)
     if col is None:
         return None
-    rows, row_hash = con.execute(
-        f"select count(*), (select hash(t)::varchar from {quote_table(table)} t where rowid = $r) "
-        f"from {quote_table(table)} where rowid <= $r", {"r": mark["rowid"]}).fetchone()
-    if rows != mark["rows"] or row_hash != mark["row_hash"]:
+    if _through(con, table, mark["rowid"]) != (mark["rows"], mark["row_hash"]):
         return None
     return {day for (day,) in con.execute(f"select distinct {time_sql(col)} from {quote_table(table)} "
                                           "where rowid > $r", {"r": mark["rowid"]}).fetchall()}

@@ -372,7 +372,10 @@ def _main(argv: list[str]) -> None:
         else:
             raise SystemExit(f"unknown bench phase {phase!r}")
     result["inner_seconds"] = round(time.perf_counter() - started, 3)
-    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result["peak_rss_mb"] = round(usage.ru_maxrss / 1024, 1)
+    # every thread's (the steps' and DuckDB's): against the wall seconds, how busy the cores were
+    result["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 3)
     result["io"] = _io()
     out_file.write_text(json.dumps(result, default=str))
 
@@ -640,14 +643,21 @@ def evaluate(main: dict, marginal: dict[int, dict], sizes: list[int], main_n: in
         dt = marginal[n2][phase]["seconds"] - marginal[n1][phase]["seconds"]
         m[phase] = {"seconds_per_interaction": dt / (n2 - n1), "microseconds_per_interaction": dt / (n2 - n1) * 1e6,
                     "seconds": {str(n1): marginal[n1][phase]["seconds"], str(n2): marginal[n2][phase]["seconds"]}}
+        cpu = [marginal[n].get(phase, {}).get("cpu_seconds") for n in (n1, n2)]
+        if None not in cpu:
+            m[phase]["cpu_microseconds_per_interaction"] = (cpu[1] - cpu[0]) / (n2 - n1) * 1e6
     figures["marginal"] = m
+    figures["marginal_steps"] = {phase: marginal_steps(marginal[n1][phase], marginal[n2][phase])
+                                 for phase in ("full_staging", "full_exports")}
     for through, base, limit in (("full_staging", "bare", 1.5), ("full_exports", "bare_copy", 2.5)):
         ratio = _ratio(m[through]["seconds_per_interaction"], m[base]["seconds_per_interaction"])
         figures[f"marginal_{through}_vs_{base}"] = ratio
+        cpu = [m[p].get("cpu_microseconds_per_interaction") for p in (through, base)]
         target(f"marginal {LABELS[through]} / {LABELS[base]}", ratio, limit,
                m[base]["seconds_per_interaction"] > 0 and _within(ratio, limit),
                f"{m[through]['microseconds_per_interaction']:.1f} vs {m[base]['microseconds_per_interaction']:.1f} "
-               f"µs per extra interaction ({n1:,} → {n2:,})")
+               f"µs per extra interaction ({n1:,} → {n2:,})"
+               + (f"; CPU {cpu[0]:.1f} vs {cpu[1]:.1f} µs" if None not in cpu else ""))
 
     # Sub-linear: RSS grows by a smaller factor than the lake (exponent < 1 between sizes).
     points = sorted({n1: marginal[n1]["full_exports"]["peak_rss_mb"], n2: marginal[n2]["full_exports"]["peak_rss_mb"],
@@ -659,6 +669,16 @@ def evaluate(main: dict, marginal: dict[int, dict], sizes: list[int], main_n: in
            bool(exponents) and max(exponents) < 1.0,
            ", ".join(f"{n:,}: {r:,.0f} MB" for n, r in points) + " (log-log slope between sizes)")
     return figures, targets
+
+
+def marginal_steps(small: dict, large: dict) -> list[list]:
+    """Where a full refresh's marginal time goes: each step's seconds in the run on the smaller
+    lake and on the larger, and the difference, largest first. Two steps run at once, so the
+    differences add up to about twice the run's."""
+    a, b = small.get("steps") or {}, large.get("steps") or {}
+    rows = [[step.replace("__", "/"), a.get(step, 0.0), b.get(step, 0.0), round(b.get(step, 0.0) - a.get(step, 0.0), 3)]
+            for step in sorted(set(a) | set(b))]
+    return sorted(rows, key=lambda row: -row[3])
 
 
 def run_bench(workdir: Path, *, interactions: int = 1_000_000, marginal: tuple[int, int] = (500_000, 1_000_000),
@@ -768,7 +788,8 @@ def _version(package: str) -> str | None:
 
 
 def _phase_summary(result: dict) -> dict:
-    keep = ("seconds", "samples", "loads_before", "inner_seconds", "peak_rss_mb", "io", "rows", "parquet_bytes",
+    keep = ("seconds", "samples", "loads_before", "inner_seconds", "cpu_seconds", "peak_rss_mb", "io", "rows",
+            "parquet_bytes",
             "run_id", "mode",
             "snapshot", "snapshot_statuses", "published", "current_before", "current_after", "paired_seconds")
     out = {k: result[k] for k in keep if k in result}
@@ -784,13 +805,14 @@ def _print(console, report: dict, Table) -> None:
     mb, lines = size["jsonl_bytes"] / 1e6, size["jsonl_lines"]
     table = Table(title=f"Flywheel Lake benchmark: {main_n:,} interactions, {lines:,} JSONL lines, {mb:,.0f} MB "
                         f"({report['machine']['cpus']} cores, load {report['machine']['load_average'][0]:.1f})")
-    for col in ("phase", "seconds", "MB/s", "lines/s", "peak RSS MB", "written MB"):
+    for col in ("phase", "seconds", "CPU s", "MB/s", "lines/s", "peak RSS MB", "written MB"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     main = report["phases"][str(main_n)]
     for phase in MAIN_PHASES:
         r = main[phase]
         reads = phase not in ("startup", "noop", "incremental")
-        table.add_row(LABELS[phase], f"{r['seconds']:.2f}", f"{mb / r['seconds']:,.0f}" if reads else "",
+        cpu = f"{r['cpu_seconds']:.2f}" if r.get("cpu_seconds") is not None else ""
+        table.add_row(LABELS[phase], f"{r['seconds']:.2f}", cpu, f"{mb / r['seconds']:,.0f}" if reads else "",
                       f"{lines / r['seconds']:,.0f}" if reads else "", f"{r['peak_rss_mb']:,.0f}",
                       f"{r['io']['wchar'] / 1e6:,.1f}" if r.get("io") else "")
     console.print(table)
@@ -798,13 +820,27 @@ def _print(console, report: dict, Table) -> None:
     f = report["figures"]
     n1, n2 = report["settings"]["marginal"]
     mt = Table(title=f"Marginal cost per extra interaction ({n1:,} → {n2:,})")
-    for col in ("phase", f"s at {n1:,}", f"s at {n2:,}", "µs / interaction", f"peak RSS MB at {n2:,}"):
+    for col in ("phase", f"s at {n1:,}", f"s at {n2:,}", "µs / interaction", "CPU µs / interaction",
+                f"peak RSS MB at {n2:,}"):
         mt.add_column(col, justify="left" if col == "phase" else "right")
     for phase in MARGINAL_PHASES:
         m = f["marginal"][phase]
+        cpu = m.get("cpu_microseconds_per_interaction")
         mt.add_row(LABELS[phase], f"{m['seconds'][str(n1)]:.2f}", f"{m['seconds'][str(n2)]:.2f}",
-                   f"{m['microseconds_per_interaction']:.1f}", f"{report['phases'][str(n2)][phase]['peak_rss_mb']:,.0f}")
+                   f"{m['microseconds_per_interaction']:.1f}", "" if cpu is None else f"{cpu:.1f}",
+                   f"{report['phases'][str(n2)][phase]['peak_rss_mb']:,.0f}")
     console.print(mt)
+
+    for phase in ("full_staging", "full_exports"):
+        rows = f["marginal_steps"][phase]
+        total = sum(row[3] for row in rows)
+        wt = Table(title=f"Where the marginal time goes: {LABELS[phase]}",
+                   caption=f"{n1:,} → {n2:,} interactions: {total:+.2f} s over {len(rows)} steps, two at a time")
+        for col in ("step", f"s at {n1:,}", f"s at {n2:,}", "Δ s", "share"):
+            wt.add_column(col, justify="left" if col == "step" else "right")
+        for step, s1, s2, delta in rows[:8]:
+            wt.add_row(step, f"{s1:.2f}", f"{s2:.2f}", f"{delta:+.2f}", f"{delta / total:.0%}" if total > 0 else "")
+        console.print(wt)
 
     inc = main["incremental"]
     snap, pub = inc.get("snapshot") or {}, inc.get("published") or {}

@@ -115,10 +115,12 @@ def test_targets_are_computed_from_the_phases():
                              current_before="v1", current_after="v2"),
     }
     runs = {
-        100: {"bare": phase(3.0), "bare_copy": phase(4.0), "full_staging": phase(10.0),
-              "full_exports": phase(20.0, rss=1000.0)},
-        200: {"bare": phase(4.0), "bare_copy": phase(5.0), "full_staging": phase(11.4),
-              "full_exports": phase(23.0, rss=1200.0)},
+        100: {"bare": phase(3.0, cpu_seconds=4.0), "bare_copy": phase(4.0), "full_staging": phase(10.0, cpu_seconds=15.0),
+              "full_exports": phase(20.0, rss=1000.0, steps={"ingest__interactions": 5.0, "snapshot": 4.0,
+                                                             "ingest__signals": 0.5})},
+        200: {"bare": phase(4.0, cpu_seconds=6.0), "bare_copy": phase(5.0), "full_staging": phase(11.4, cpu_seconds=19.0),
+              "full_exports": phase(23.0, rss=1200.0, steps={"ingest__interactions": 6.5, "snapshot": 6.0,
+                                                             "ingest__signals": 0.4, "training_sets": 0.2})},
         1000: main,
     }
     figures, targets = bench.evaluate(main, runs, [100, 200], 1000)
@@ -131,6 +133,19 @@ def test_targets_are_computed_from_the_phases():
     assert figures["marginal"]["bare"]["seconds_per_interaction"] == pytest.approx(0.01)
     assert figures["marginal_full_staging_vs_bare"] == pytest.approx(1.4)
     assert figures["marginal_full_exports_vs_bare_copy"] == pytest.approx(3.0)
+    # CPU per extra interaction where both sizes measured it, and in the target's detail
+    assert figures["marginal"]["full_staging"]["cpu_microseconds_per_interaction"] == pytest.approx(40_000)
+    assert figures["marginal"]["bare"]["cpu_microseconds_per_interaction"] == pytest.approx(20_000)
+    assert "cpu_microseconds_per_interaction" not in figures["marginal"]["bare_copy"]
+    details = {t["target"]: t["detail"] for t in targets}
+    assert details["marginal full refresh → staging / bare read_json (lossy lower bound)"].endswith(
+        "; CPU 40000.0 vs 20000.0 µs")
+    assert "CPU" not in details["marginal full refresh → exports (whole pipeline) / bare read_json + COPY TO parquet"]
+    # where the marginal time goes: each step at both sizes, the largest difference first
+    assert figures["marginal_steps"]["full_exports"] == [
+        ["snapshot", 4.0, 6.0, 2.0], ["ingest/interactions", 5.0, 6.5, 1.5], ["training_sets", 0.0, 0.2, 0.2],
+        ["ingest/signals", 0.5, 0.4, -0.1]]
+    assert figures["marginal_steps"]["full_staging"] == []
     assert figures["peak_rss_mb"] == 1800.0
     assert figures["rss_growth_exponents"][0] == pytest.approx(0.263, abs=1e-3)
     assert len(targets) == 8
@@ -272,6 +287,15 @@ def test_bench_end_to_end_on_a_tiny_lake(tmp_path):
         tie = base is not None and figures["marginal"][base]["seconds_per_interaction"] == 0
         assert isinstance(figures[key], (int, float)) or (tie and figures[key] is None), key
     assert len(figures["rss_full_exports_mb"]) == 2 and len(figures["rss_growth_exponents"]) == 1
+    for name in bench.MAIN_PHASES:  # the process's CPU (every thread's), beside its wall seconds
+        assert main[name]["cpu_seconds"] > 0, name
+    for name in bench.MARGINAL_PHASES:
+        assert isinstance(figures["marginal"][name]["cpu_microseconds_per_interaction"], float), name
+    for name in ("full_staging", "full_exports"):
+        rows = figures["marginal_steps"][name]
+        assert {"ingest/interactions", "staging/interactions"} <= {r[0] for r in rows}
+        assert len(rows) == main[name]["steps"] and [r[3] for r in rows] == sorted((r[3] for r in rows), reverse=True)
+    assert proc.stdout.count("Where the marginal time goes: full refresh → ") == 2
     assert figures["noop_published_nothing"] is True and figures["incremental_published"] is True
     assert len(report["targets"]) == 8 and all(isinstance(t["holds"], bool) for t in report["targets"])
     assert report["append"]["lines"]["interactions"] == 40 and report["append"]["bytes"] > 0

@@ -232,6 +232,59 @@ def test_without_trusting_ctime_an_untouched_file_has_its_last_block_read(settin
     assert reports["interactions"].files[0].event == "unchanged" and reads == [path.stat().st_size]
 
 
+def test_a_ctime_that_settles_after_the_read_is_recorded_once_and_the_file_is_not_read_again(settings, monkeypatch):
+    """A file read within CTIME_SETTLED_SECONDS of its last write (a day's file read just after
+    its last append; or a state from before ctimes were kept) has no ctime recorded, so the next
+    run reads its last block. That run records the settled ctime in one state entry, without a
+    row or a new version of a line; every run after it reads nothing of the file."""
+    from dagster_project.engine import readers
+    from dagster_project.engine.bronze import Bronze
+
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 1e9)  # no ctime is settled yet
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    entries = Bronze(settings, "interactions").entries()
+    assert entries[-1].state["ctime_ns"] is None
+    before = everything(con)
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)
+    reads = []
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a[1]) or pread(*a))
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "unchanged" and reads == [path.stat().st_size]
+    added = Bronze(settings, "interactions").entries()[len(entries):]
+    assert [(e.kind, e.state["ctime_ns"]) for e in added] == [("state", path.stat().st_ctime_ns)]
+    assert {k: v for k, v in added[0].state.items() if k != "ctime_ns"} == {
+        k: v for k, v in entries[-1].state.items() if k != "ctime_ns"}
+    after = everything(con)
+    assert after.pop("ingest.files") != before.pop("ingest.files")  # its last run moved, nothing else
+    assert after == before
+    reads.clear()
+    con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "unchanged" and reads == []
+    assert len(Bronze(settings, "interactions").entries()) == len(entries) + 1
+
+
+def test_without_trusting_ctime_no_ctime_is_recorded_after_the_read(settings, monkeypatch):
+    """FLYWHEEL_TRUST_CTIME=0: a settled ctime is not worth a state entry (it is never used)."""
+    from dataclasses import replace
+
+    from dagster_project.engine import readers
+    from dagster_project.engine.bronze import Bronze
+
+    settings = replace(settings, trust_ctime=False)
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
+                [dumps(interaction(i)) for i in range(3)])
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 1e9)
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    entries = len(Bronze(settings, "interactions").entries())
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "unchanged"
+    assert len(Bronze(settings, "interactions").entries()) == entries
+
+
 def test_a_session_store_whose_ctime_alone_moved_is_not_read_again(settings, monkeypatch):
     """Only the line reader keeps a ctime: a SQLite store linked or chmodded (its ctime moved,
     nothing else) still matches its recorded signature, and is not scanned again."""

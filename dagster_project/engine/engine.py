@@ -283,7 +283,8 @@ class Ingestor:
             self._write_files(batch)
             self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
                              [self.spec.name, batch[-1].seq])
-            versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
+            if any(e.kind != "state" for e in batch):  # a state entry (a ctime recorded) changes no row
+                versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
             if bronze_written is not None:
                 bronze_written.result()
         for e in batch:

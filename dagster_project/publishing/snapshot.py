@@ -60,9 +60,11 @@ WAREHOUSE_FILE = "warehouse.duckdb"
 TRAINING = ("sft", "kto", "dpo", "weighted")
 WAREHOUSE_SCHEMAS = ("ingest", "staging", "marts", "exports")  # raw.* stays private
 # Bookkeeping about runs, not data: it changes every run (ingest.erasures is written after a
-# publish, by retention on kept snapshots), so it never makes a run "changed" on its own; it is
-# published with the next snapshot that has new data.
-RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files", "ingest.erasures"})
+# publish, by retention on kept snapshots; ingest.bronze_applied moves with a state-only bronze
+# entry, such as a file's ctime recorded once it settled), so it never makes a run "changed" on
+# its own; it is published with the next snapshot that has new data.
+RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files", "ingest.erasures",
+                     "ingest.bronze_applied"})
 # The run log's tables that grow by every run's rows, cut into files by the day a row was recorded
 # (``recorded_at``, copies of reused results included): a publish hashes only the days of the rows
 # appended since the last one (``_plan_run_log``), so its cost does not grow with the number of

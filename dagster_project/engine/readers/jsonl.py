@@ -55,6 +55,16 @@ def _nothing_due(view: FileView, known: dict) -> bool:
     return known["deferred"] == 0 or not sealed(view, known["changed_at"])
 
 
+def _ctime_to_record(view: FileView, sig: dict) -> bool:
+    """The file's ctime has settled and is not the one recorded: the file was last read within
+    ``CTIME_SETTLED_SECONDS`` of a write (or before the lake kept ctimes), or only its ctime
+    moved (a chmod, a link). Recorded once the file is known unchanged, so that later runs skip
+    reading its last block; else a day's file read just after its last append would have that
+    block read on every run for as long as the lake keeps it."""
+    return (view.settings.trust_ctime and sig.get("ctime_ns") is not None
+            and sig["ctime_ns"] != (view.known or {}).get("ctime_ns"))
+
+
 def unchanged(view: FileView) -> bool:
     """``read`` would find nothing to do. Nearly every file of a lake is unchanged on a given
     run: one whose size, mtime, inode and settled ctime are the recorded ones is not read at
@@ -62,7 +72,8 @@ def unchanged(view: FileView) -> bool:
     its last consumed block, instead of mapping the file. Reading that block of each of the
     1M bench lake's 3,932 interaction files cost a no-op run 0.26 s (250 MB hashed).
     ``FLYWHEEL_TRUST_CTIME=0`` always reads that block (a mount whose ctime does not follow
-    writes: sshfs reports the mtime)."""
+    writes: sshfs reports the mtime). A file found unchanged by that block whose ctime is to be
+    recorded (``_ctime_to_record``) goes to ``read``, which records it."""
     if not _live(view.known):
         return False
     known = view.known
@@ -76,8 +87,9 @@ def unchanged(view: FileView) -> bool:
             tail = os.pread(fh.fileno(), offset - start, start)
             return hashlib.sha256(tail).hexdigest() if len(tail) == offset - start else None
 
-        same = _same(view.known, stat_signature(fh.fileno()), tail_hash)
-    return same and _nothing_due(view, view.known)
+        sig = stat_signature(fh.fileno(), ctime=True)
+        same = _same(view.known, sig, tail_hash)
+    return same and _nothing_due(view, view.known) and not _ctime_to_record(view, sig)
 
 
 def read(view: FileView, buf=None) -> list[Unit]:
@@ -92,7 +104,8 @@ def read(view: FileView, buf=None) -> list[Unit]:
     if same:
         changed_at = known["changed_at"]
         if _nothing_due(view, known):
-            return []
+            # nothing new: a state entry only when there is a ctime to record
+            return finish([], {**known, "ctime_ns": sig["ctime_ns"]}, known) if _ctime_to_record(view, sig) else []
     else:
         changed_at = min(sig["mtime_ns"] / 1e9, view.now)
 

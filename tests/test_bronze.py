@@ -46,11 +46,81 @@ def everything(con):
     """Every derived table, exactly (bronze replay must reproduce all of it)."""
     out = {}
     for table in ("raw.interactions", "raw.session_ratings", "staging.interactions", "staging.session_ratings",
-                  "ingest.quarantine", "ingest.file_events", "ingest.sqlite_keys"):
+                  "ingest.quarantine", "ingest.file_events", "ingest.sqlite_keys", "lineage.bronze_known",
+                  "lineage.bronze_known_through"):
         if rows(con, "select count(*) from duckdb_tables() where schema_name || '.' || table_name = ?", [table])[0][0]:
             out[table] = rows(con, f"select * from {table} order by all")
     out["ingest.files"] = rows(con, "select * exclude (last_ingested_at) from ingest.files order by all")
     return out
+
+
+def assert_known_is_bronzes(settings, con, sources):
+    """The cache of what the lake knows (engine/known.py) is what bronze's whole manifest says:
+    each path's latest state among the applied entries; and the entries after them are the
+    ones raw lacks."""
+    from dagster_project.engine import known
+    from dagster_project.engine.bronze import Bronze
+
+    for source in sources:
+        found = rows(con, "select seq from ingest.bronze_applied where source = ?", [source])
+        applied = found[0][0] if found else 0
+        every = Bronze(settings, source).entries()
+        assert known.load(con, source, applied) == {
+            path: state for path, (_, state) in known.latest_states(e for e in every if e.seq <= applied).items()}
+        assert Bronze(settings, source).entries(after=applied) == [e for e in every if e.seq > applied]
+
+
+def test_a_run_reads_only_the_bronze_segments_after_what_raw_holds(settings, monkeypatch):
+    """A run reads the manifest segments raw has not applied (none on a run with nothing new),
+    not bronze's whole history; a state without the cache (from before it, or dropped) reads
+    every segment once and rebuilds it, to the same states."""
+    from dagster_project.engine.bronze import Bronze
+
+    calls = []
+    entries = Bronze.entries
+
+    def recorded(self, after=None):
+        found = entries(self, after)
+        calls.append((self.source, after, len(found)))
+        return found
+
+    monkeypatch.setattr(Bronze, "entries", recorded)
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000a.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    assert calls == [("interactions", None, 0)]  # a new state: no cache yet, and bronze is empty
+    for run, lines in ((2, 5), (3, 5), (4, 8)):
+        calls.clear()
+        write_lines(path, [dumps(interaction(i)) for i in range(lines)])
+        con, _ = ingest(settings, f"run-{run}", sources=["interactions"], con=con)
+        # one entry a run (run-3 rewrote the same lines: a state entry), so the entries after
+        # seq run - 1 are what raw lacks: none
+        assert calls == [("interactions", run - 1, 0)], run
+        assert_known_is_bronzes(settings, con, ["interactions"])
+    con.execute("drop table lineage.bronze_known_through")
+    calls.clear()
+    con, _ = ingest(settings, "run-5", sources=["interactions"], con=con)
+    assert calls == [("interactions", None, 4)]  # every entry, once
+    assert_known_is_bronzes(settings, con, ["interactions"])
+    calls.clear()
+    con, _ = ingest(settings, "run-6", sources=["interactions"], con=con)
+    assert calls == [("interactions", 4, 0)]
+
+
+def test_the_entries_after_a_seq_come_from_the_segments_that_can_hold_them(settings):
+    """A segment is one batch of consecutive seqs named by its first; a replay may apply part of
+    one, so the segment holding ``after`` is read too."""
+    from dagster_project.engine.bronze import Bronze, Entry
+
+    store = Bronze(settings, "scratch")
+    at = "2026-02-26T10:00:00+00:00"
+    for first in (1, 4, 7):
+        store.write([Entry(seq, "scratch", f"f{seq}", "state", "r", at, state={"n": seq})
+                     for seq in range(first, first + 3)])
+    every = store.entries()
+    assert [e.seq for e in every] == list(range(1, 10))
+    for after in range(0, 11):
+        assert [e.seq for e in store.entries(after=after)] == list(range(after + 1, 10)), after
 
 
 def test_jsonl_rewritten_shorter_keeps_rows_only_the_removed_lines_held(settings):
@@ -258,7 +328,9 @@ def test_a_ctime_that_settles_after_the_read_is_recorded_once_and_the_file_is_no
     assert {k: v for k, v in added[0].state.items() if k != "ctime_ns"} == {
         k: v for k, v in entries[-1].state.items() if k != "ctime_ns"}
     after = everything(con)
-    assert after.pop("ingest.files") != before.pop("ingest.files")  # its last run moved, nothing else
+    assert after.pop("ingest.files") != before.pop("ingest.files")  # its last run moved
+    assert after.pop("lineage.bronze_known") != before.pop("lineage.bronze_known")  # the state cached
+    assert after.pop("lineage.bronze_known_through") != before.pop("lineage.bronze_known_through")
     assert after == before
     reads.clear()
     con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)

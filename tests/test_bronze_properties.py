@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from conftest import dumps, ingest, interaction, rows
 from dagster_project.engine.readers import sqlite as sqlite_reader
-from test_bronze import SESSIONS, add, everything, rating, store
+from test_bronze import SESSIONS, add, assert_known_is_bronzes, everything, rating, store
 
 FILES = ["interactions/interactions_2026-02-26_0000000{}.jsonl".format(i) for i in (1, 2)]
 SOURCES = ["interactions", "session_ratings"]
@@ -122,6 +122,7 @@ def test_any_producer_history_gives_incremental_equal_to_full_refresh(tmp_path_f
         now = raw_rows(con)
         assert seen <= now, "a row once ingested left raw"
         seen = now
+        assert_known_is_bronzes(settings, con, SOURCES)
     incremental = everything(con)
     con, _ = ingest(settings, "refresh", sources=SOURCES, con=con, full_refresh=True)
     assert everything(con) == incremental

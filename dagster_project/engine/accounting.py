@@ -80,7 +80,7 @@ def reset_source(con: duckdb.DuckDBPyConnection, source: str) -> None:
     versions.bump(con, f"raw.{source}", None, reset=True)
     versions.forget(con, f"staging.{source}")
     for table in ("ingest.quarantine", "ingest.files", "ingest.file_events", "ingest.bronze_applied",
-                  "ingest.sqlite_keys"):
+                  "ingest.sqlite_keys", "lineage.bronze_known", "lineage.bronze_known_through"):
         con.execute(f"delete from {table} where source = ?", [source])
 
 

@@ -81,13 +81,23 @@ class Bronze:
         self.dir = self.root / source
         self._objects: dict[str, bytes] = {}
 
-    def entries(self) -> list[Entry]:
-        """Every entry of the source, in observation order."""
+    def entries(self, after: int | None = None) -> list[Entry]:
+        """Every entry of the source, in observation order; with ``after``, only those after
+        that seq, reading only the segments that can hold one. A segment holds one batch, the
+        consecutive seqs from the one it is named by, and segments follow each other; a replay
+        may apply a segment in two transactions, so the last segment starting at or before
+        ``after`` is read too."""
         out: list[Entry] = []
         if self.dir.is_dir():
-            for seg in sorted(self.dir.glob("*.jsonl")):
+            segments = sorted(self.dir.glob("*.jsonl"))  # zero-padded names: seq order
+            if after is not None:
+                starts = [int(seg.stem) for seg in segments]
+                segments = segments[max((i for i, start in enumerate(starts) if start <= after), default=0):]
+            for seg in segments:
                 with open(seg, encoding="utf-8") as fh:
                     out.extend(Entry(**json.loads(line)) for line in fh if line.strip())
+        if after is not None:
+            out = [e for e in out if e.seq > after]
         out.sort(key=lambda e: e.seq)
         return out
 

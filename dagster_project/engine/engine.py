@@ -25,6 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from dagster_project.engine import bronze as bronze_mod
+from dagster_project.engine import known as known_mod
 from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
                                                ensure_schema, reset_source)
 from dagster_project.engine.discovery import SQLITE_SUFFIXES, discover
@@ -95,17 +96,24 @@ class Ingestor:
         ensure_raw_table(self.con, self.spec)
         report = SourceReport(self.spec.name, self.run_id)
 
-        entries = self.bronze.entries()
-        applied = self.con.execute("select seq from ingest.bronze_applied where source = ?",
-                                   [self.spec.name]).fetchall()
-        pending = [e for e in entries if e.seq > (applied[0][0] if applied else 0)]
+        row = self.con.execute("select seq from ingest.bronze_applied where source = ?", [self.spec.name]).fetchone()
+        applied = row[0] if row else 0
+        known = known_mod.load(self.con, self.spec.name, applied)
+        if known is None:  # no cache through ``applied``: bronze's whole manifest, once
+            entries = self.bronze.entries()
+            with transaction(self.con):
+                known_mod.rebuild(self.con, self.spec.name, [e for e in entries if e.seq <= applied], applied)
+            pending = [e for e in entries if e.seq > applied]
+            known = {path: state for path, (_, state) in known_mod.latest_states(entries).items()}
+        else:
+            pending = self.bronze.entries(after=applied)
+            known.update({path: state for path, (_, state) in known_mod.latest_states(pending).items()})
         self._replay(pending)
         report.replayed_entries = len(pending)
         if expired:
             privacy.record_erasure(self.con, "retention", {self.spec.name: {
                 "bronze": expired, "raw": raw_before - privacy._count(self.con, f"raw.{q(self.spec.name)}")}})
-        known = {e.path: e.state for e in entries if e.state is not None}
-        self.next_seq = (entries[-1].seq if entries else 0) + 1
+        self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
         files = discover(self.spec, self.settings.raw_dir)
         batch: list[bronze_mod.Entry] = []
@@ -281,6 +289,7 @@ class Ingestor:
                 with registered(self.con, "_events", table):
                     self.con.execute("insert into ingest.file_events by name select * from _events")
             self._write_files(batch)
+            known_mod.remember(self.con, self.spec.name, batch)  # before bronze_applied moves
             self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
                              [self.spec.name, batch[-1].seq])
             if any(e.kind != "state" for e in batch):  # a state entry (a ctime recorded) changes no row

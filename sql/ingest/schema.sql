@@ -94,3 +94,19 @@ create table if not exists ingest.sqlite_keys (
     sha256 varchar not null,
     primary key (source, path, key)
 );
+
+-- Derived from bronze, private (the lineage schema is never published): each path's latest
+-- state among the entries applied to raw, and the seq that cache is complete through
+-- (engine/known.py). A run reads only the bronze segments after it, not the lake's history.
+create schema if not exists lineage;
+create table if not exists lineage.bronze_known (
+    source varchar not null,
+    path varchar not null,
+    seq bigint not null,
+    state varchar not null,  -- Entry.state as JSON
+    primary key (source, path)
+);
+create table if not exists lineage.bronze_known_through (
+    source varchar primary key,
+    seq bigint not null
+);

@@ -28,13 +28,18 @@ TABLES: dict[str, str] = {
     "ingest.file_events": "One row per noteworthy file event per run: rewritten, shrunk, sealed, corrupt, missing.",
     "ingest.validations": "One row per expectation result per run (Great Expectations on staged tables, marts, exports).",
     "lineage.staging_watermarks": "Private: per staging table, what its last incremental build covered.",
+    "lineage.bronze_known": "Private: per source and file, its latest state among the bronze entries applied to raw "
+                            "(engine/known.py), so a run need not reread bronze's whole manifest.",
+    "lineage.bronze_known_through": "Private: per source, the bronze entry lineage.bronze_known is complete through "
+                                    "(another than ingest.bronze_applied's: the next run rebuilds it from bronze).",
     "lineage.raw_tombstones": "Private: raw rows a SQLite delete flagged since staging last looked (they keep "
                               "their observed_seq), consumed by the next staging build.",
     "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
                        "provenance), which expectation and the offending value (never silently lost).",
     "ingest.erasures": "One row per source per erasure (flywheel forget) or retention pass: when, kind "
                        "(session | user | retention) and the rows removed per layer; never the id.",
-    "ingest.bronze_applied": "One row per source: the last bronze entry (observation sequence) applied to raw.",
+    "ingest.bronze_applied": "One row per source: the last bronze entry (observation sequence) applied to raw "
+                             "(run bookkeeping: published with the next snapshot that has new data).",
     "lineage.validation_baselines": "One row per table whose last validation found no offender for any row-level "
                                     "expectation: what its row hashes in lineage.validated_rows were checked with "
                                     "(private: never published).",
@@ -169,6 +174,7 @@ TABLE_COLUMNS: dict[str, str] = {
         "run_id": "The run that built it.", "mode": "full | incremental.",
         "redecided": "Identities re-decided by that build (full: every identity).",
         "built_at": "When (UTC)."}.items()},
+    "lineage.bronze_known.state": "The file's state as JSON (bronze Entry.state: watermark, size, mtime, inode, ctime...).",
     **{f"lineage.raw_tombstones.{c}": d for c, d in {
         "source": "The source.", "seq": "The bronze entry (a SQLite delete) that flagged the row.",
         "path": "The SQLite file.", "line_number": "The deleted row's key (raw line_number)."}.items()},

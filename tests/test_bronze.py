@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import sqlite3
 import subprocess
 import sys
@@ -56,8 +57,7 @@ def everything(con):
 
 def assert_known_is_bronzes(settings, con, sources):
     """The cache of what the lake knows (engine/known.py) is what bronze's whole manifest says:
-    each path's latest state among the applied entries; and the entries after them are the
-    ones raw lacks."""
+    each path's latest state among the applied entries."""
     from dagster_project.engine import known
     from dagster_project.engine.bronze import Bronze
 
@@ -67,49 +67,85 @@ def assert_known_is_bronzes(settings, con, sources):
         every = Bronze(settings, source).entries()
         assert known.load(con, source, applied) == {
             path: state for path, (_, state) in known.latest_states(e for e in every if e.seq <= applied).items()}
-        assert Bronze(settings, source).entries(after=applied) == [e for e in every if e.seq > applied]
 
 
 def test_a_run_reads_only_the_bronze_segments_after_what_raw_holds(settings, monkeypatch):
-    """A run reads the manifest segments raw has not applied (none on a run with nothing new),
+    """A run opens the manifest segment holding the entry raw applied last and those after it,
     not bronze's whole history; a state without the cache (from before it, or dropped) reads
     every segment once and rebuilds it, to the same states."""
-    from dagster_project.engine.bronze import Bronze
+    from dagster_project.engine import bronze as bronze_mod
 
-    calls = []
-    entries = Bronze.entries
-
-    def recorded(self, after=None):
-        found = entries(self, after)
-        calls.append((self.source, after, len(found)))
-        return found
-
-    monkeypatch.setattr(Bronze, "entries", recorded)
+    opened = []
+    monkeypatch.setattr(bronze_mod, "open", lambda path, *a, **k: opened.append(Path(path).name) or open(path, *a, **k),
+                        raising=False)
+    segments = settings.state_dir / "bronze" / "interactions"
     path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000a.jsonl",
                        [dumps(interaction(i)) for i in range(3)])
     con, _ = ingest(settings, "run-1", sources=["interactions"])
-    assert calls == [("interactions", None, 0)]  # a new state: no cache yet, and bronze is empty
-    for run, lines in ((2, 5), (3, 5), (4, 8)):
-        calls.clear()
+    assert opened == []  # a new state: no cache yet, and no segment to read
+    for run, lines in ((2, 5), (3, 5), (4, 8)):  # run-3 rewrites the same lines: a state entry
+        opened.clear()
         write_lines(path, [dumps(interaction(i)) for i in range(lines)])
         con, _ = ingest(settings, f"run-{run}", sources=["interactions"], con=con)
-        # one entry a run (run-3 rewrote the same lines: a state entry), so the entries after
-        # seq run - 1 are what raw lacks: none
-        assert calls == [("interactions", run - 1, 0)], run
+        assert opened == [f"{run - 1:012d}.jsonl"], run  # the last run's segment (one entry each)
         assert_known_is_bronzes(settings, con, ["interactions"])
+    assert len(list(segments.glob("*.jsonl"))) == 4
     con.execute("drop table lineage.bronze_known_through")
-    calls.clear()
+    opened.clear()
     con, _ = ingest(settings, "run-5", sources=["interactions"], con=con)
-    assert calls == [("interactions", None, 4)]  # every entry, once
+    assert opened == [f"{seq:012d}.jsonl" for seq in range(1, 5)]  # every segment, once
     assert_known_is_bronzes(settings, con, ["interactions"])
-    calls.clear()
+    opened.clear()
     con, _ = ingest(settings, "run-6", sources=["interactions"], con=con)
-    assert calls == [("interactions", 4, 0)]
+    assert opened == [f"{4:012d}.jsonl"]
+
+
+def test_lines_appended_between_mapping_a_file_and_its_stat_are_read_by_the_next_run(settings):
+    """The reader maps a file, then stats it: lines appended in between are in the stat's size
+    but not in what was read. The state records the size read, so the next run sees the file
+    changed and reads them (recording the stat's size lost them for good: same size, mtime and
+    last block on every later run)."""
+    from dagster_project.engine.readers import FileView, jsonl
+
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000a.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    buf = jsonl.open_map(path)
+    with path.open("ab") as fh:
+        fh.write(b"".join(dumps(interaction(i)).encode() + b"\n" for i in range(3, 5)))
+    state = jsonl.read(FileView(path.name, path, None, settings, time.time()), buf)[-1].state
+    read = len(buf)
+    del buf
+    assert state["offset"] == read < path.stat().st_size
+    view = FileView(path.name, path, state, settings, time.time())
+    assert not jsonl.unchanged(view)
+    spans = [(u.meta["start"], u.meta["end"]) for u in jsonl.read(view) if u.kind == "span"]
+    assert spans == [(read, path.stat().st_size)]
+
+
+def test_a_manifest_restored_from_an_older_copy_is_read_whole_and_the_lines_it_lacks_read_again(settings):
+    """Bronze losing its newest segments while the state database keeps them applied (a restore
+    from an older backup): the run finds the entry raw applied last missing, reads what bronze
+    still holds, and reads the producer's lines after that watermark again, so bronze holds
+    them again."""
+    from dagster_project.engine.bronze import Bronze
+
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000a.jsonl",
+                       [dumps(interaction(i)) for i in range(3)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    write_lines(path, [dumps(interaction(i)) for i in range(5)])
+    con, _ = ingest(settings, "run-2", sources=["interactions"], con=con)
+    spans = [(e.meta["start"], e.meta["end"]) for e in Bronze(settings, "interactions").entries()]
+    (settings.state_dir / "bronze" / "interactions" / f"{2:012d}.jsonl").unlink()
+    con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "appended"
+    assert [(e.meta["start"], e.meta["end"]) for e in Bronze(settings, "interactions").entries()] == spans
+    assert rows(con, "select count(distinct id) from staging.interactions") == [(5,)]
+    assert_known_is_bronzes(settings, con, ["interactions"])
 
 
 def test_the_entries_after_a_seq_come_from_the_segments_that_can_hold_them(settings):
     """A segment is one batch of consecutive seqs named by its first; a replay may apply part of
-    one, so the segment holding ``after`` is read too."""
+    one, so the segment holding ``seq`` is read too; a seq bronze does not hold gives None."""
     from dagster_project.engine.bronze import Bronze, Entry
 
     store = Bronze(settings, "scratch")
@@ -117,10 +153,12 @@ def test_the_entries_after_a_seq_come_from_the_segments_that_can_hold_them(setti
     for first in (1, 4, 7):
         store.write([Entry(seq, "scratch", f"f{seq}", "state", "r", at, state={"n": seq})
                      for seq in range(first, first + 3)])
-    every = store.entries()
-    assert [e.seq for e in every] == list(range(1, 10))
-    for after in range(0, 11):
-        assert [e.seq for e in store.entries(after=after)] == list(range(after + 1, 10)), after
+    assert [e.seq for e in store.entries()] == list(range(1, 10))
+    for seq in range(0, 10):
+        assert [e.seq for e in store.entries_after(seq)] == list(range(seq + 1, 10)), seq
+    assert store.entries_after(10) is None
+    (store.dir / f"{4:012d}.jsonl").unlink()
+    assert [store.entries_after(seq) is None for seq in range(0, 10)] == [False] * 4 + [True] * 3 + [False] * 3
 
 
 def test_jsonl_rewritten_shorter_keeps_rows_only_the_removed_lines_held(settings):
@@ -413,6 +451,29 @@ engine.Ingestor._apply = die
         fh.write(dumps(interaction(7)).encode() + b"\n")
     con, _ = ingest(settings, "run-3", sources=["interactions"], con=con)
     assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(4, 4)]
+
+
+def test_a_full_refresh_killed_while_it_resets_a_source_leaves_it_as_it_was(settings):
+    """kill -9 half way through a source's reset (its raw dropped, its bookkeeping not yet
+    cleared): the reset is one transaction, so the next run finds raw, the accounting and the
+    cache as they were. Statement by statement, it found raw empty and bronze applied, and
+    replayed nothing into it."""
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",
+                [dumps(interaction(i)) for i in range(3)])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    before = everything(con)
+    con.close()
+    crash = run_dying(settings, """
+from dagster_project import versions
+run = engine.Ingestor.run
+engine.Ingestor.run = lambda self, full_refresh=False: run(self, full_refresh=True)
+versions.forget = lambda con, table: os.kill(os.getpid(), 9)  # after raw is dropped
+""")
+    assert crash.returncode == -9
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert reports["interactions"].replayed_entries == 0
+    assert rows(con, "select count(*) from raw.interactions") == [(3,)]
+    assert everything(con) == before
 
 
 def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):

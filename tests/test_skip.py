@@ -115,28 +115,36 @@ def test_a_no_op_run_rebuilds_validates_and_hashes_nothing(lake):
 
 def test_a_file_whose_status_alone_changed_is_recorded_once_and_nothing_is_rebuilt_or_published(
         sample_run_copy, monkeypatch):
-    """Copied raw files are new inodes, and a chmod moves a file's ctime: a state entry each in
-    bronze (so the next run need not read the file), which changes no row. Nothing is rebuilt,
-    validated again or published (``ingest.bronze_applied`` is bookkeeping), and raw keeps its
-    version (a new one would send every step downstream to look again)."""
+    """Copied raw files are new inodes (read before their ctime settled: none recorded); then
+    the ctime settles; then a chmod moves it. A state entry in bronze for each new inode, one
+    for each ctime recorded the first time (so later runs need not read the file), none for the
+    chmod (a recorded ctime that moved is not recorded again: it could move every run). None
+    of these changes a row: nothing is rebuilt, validated again or published
+    (``ingest.bronze_applied`` is bookkeeping), and raw keeps its version (a new one would send
+    every step downstream to look again)."""
     from dagster_project.engine import readers
     from dagster_project.engine.bronze import Bronze
 
     settings = sample_run_copy
-    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)
     built, checked = built_by(settings), validated_by(settings)
     raw_versions = query(settings, "select table_name, version from lineage.table_versions "
                                    "where table_name like 'raw.%' order by all")
     entries = len(Bronze(settings, "interactions").entries())
-    for n, recorded in enumerate([None, 1, 0]):
-        if recorded == 1:
-            os.chmod(settings.raw_dir / added[0].path, 0o600)
+    files = None
+    for n, (settled, chmod, recorded) in enumerate([(1e9, False, "every file"), (0.0, False, "every file"),
+                                                    (0.0, False, "none"), (0.0, True, "none")]):
+        monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", settled)
+        if chmod:
+            os.chmod(settings.raw_dir / sorted(files)[0], 0o600)
         result = run_pipeline(settings)
         assert result.success, result.failures
         added = Bronze(settings, "interactions").entries()[entries:]
         entries += len(added)
-        assert {e.kind for e in added} == ({"state"} if recorded != 0 else set()), n
-        assert recorded is None or len(added) == recorded, n
+        assert {e.kind for e in added} == ({"state"} if recorded == "every file" else set()), n
+        if recorded == "every file":
+            assert files is None or {e.path for e in added} == files, n
+            files = {e.path for e in added}
+            assert files and all((e.state["ctime_ns"] is None) == (settled > 1) for e in added), n
         assert built_by(settings) == built and validated_by(settings) == checked, n
         assert snapshot_status(settings, result.run_id) == "unchanged", n
         assert query(settings, "select table_name, version from lineage.table_versions "

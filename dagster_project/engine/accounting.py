@@ -8,7 +8,7 @@ import duckdb
 
 from transforms.classify import output_columns, q
 from transforms.spec import SourceSpec
-from transforms.sqlfiles import SQL_DIR, table_columns
+from transforms.sqlfiles import SQL_DIR, table_columns, transaction
 from transforms.staging import PROVENANCE
 
 
@@ -75,13 +75,16 @@ def reset_source(con: duckdb.DuckDBPyConnection, source: str) -> None:
     (through today's classifier) before reading what is new in the producers' files."""
     from dagster_project import versions
 
-    con.execute(f"drop table if exists raw.{q(source)}")
-    con.execute(f"drop table if exists staging.{q(source)}")
-    versions.bump(con, f"raw.{source}", None, reset=True)
-    versions.forget(con, f"staging.{source}")
-    for table in ("ingest.quarantine", "ingest.files", "ingest.file_events", "ingest.bronze_applied",
-                  "ingest.sqlite_keys", "lineage.bronze_known", "lineage.bronze_known_through"):
-        con.execute(f"delete from {table} where source = ?", [source])
+    # One transaction: a crash after raw is dropped but before ingest.bronze_applied is cleared
+    # would leave the next run replaying nothing into an empty raw.
+    with transaction(con):
+        con.execute(f"drop table if exists raw.{q(source)}")
+        con.execute(f"drop table if exists staging.{q(source)}")
+        versions.bump(con, f"raw.{source}", None, reset=True)
+        versions.forget(con, f"staging.{source}")
+        for table in ("ingest.quarantine", "ingest.files", "ingest.file_events", "ingest.bronze_applied",
+                      "ingest.sqlite_keys", "lineage.bronze_known", "lineage.bronze_known_through"):
+            con.execute(f"delete from {table} where source = ?", [source])
 
 
 def check_accounting(con: duckdb.DuckDBPyConnection, source: str | None = None) -> None:

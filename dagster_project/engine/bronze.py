@@ -81,23 +81,39 @@ class Bronze:
         self.dir = self.root / source
         self._objects: dict[str, bytes] = {}
 
-    def entries(self, after: int | None = None) -> list[Entry]:
-        """Every entry of the source, in observation order; with ``after``, only those after
-        that seq, reading only the segments that can hold one. A segment holds one batch, the
-        consecutive seqs from the one it is named by, and segments follow each other; a replay
-        may apply a segment in two transactions, so the last segment starting at or before
-        ``after`` is read too."""
+    def entries(self) -> list[Entry]:
+        """Every entry of the source, in observation order."""
+        return self._read(self._segments())
+
+    def entries_after(self, seq: int) -> list[Entry] | None:
+        """The entries after ``seq`` (``ingest.bronze_applied``: what raw lacks), reading only the
+        segments that can hold one; None when bronze does not hold entry ``seq`` itself (its
+        manifest lost, or restored from an older copy), so the caller reads every entry.
+
+        A segment holds one batch, the consecutive seqs from the one it is named by, and
+        segments follow each other; a replay may apply a segment in two transactions, so the
+        last segment starting at or before ``seq`` is read too."""
+        segments = self._segments()
+        if seq > 0:
+            starts = [int(segment.stem) for segment in segments]
+            holding = [i for i, start in enumerate(starts) if start <= seq]
+            if not holding:
+                return None
+            segments = segments[holding[-1]:]
+        found = self._read(segments)
+        if seq > 0 and not any(e.seq == seq for e in found):
+            return None
+        return [e for e in found if e.seq > seq]
+
+    def _segments(self) -> list[Path]:
+        return sorted(self.dir.glob("*.jsonl")) if self.dir.is_dir() else []  # zero-padded: seq order
+
+    @staticmethod
+    def _read(segments: list[Path]) -> list[Entry]:
         out: list[Entry] = []
-        if self.dir.is_dir():
-            segments = sorted(self.dir.glob("*.jsonl"))  # zero-padded names: seq order
-            if after is not None:
-                starts = [int(seg.stem) for seg in segments]
-                segments = segments[max((i for i, start in enumerate(starts) if start <= after), default=0):]
-            for seg in segments:
-                with open(seg, encoding="utf-8") as fh:
-                    out.extend(Entry(**json.loads(line)) for line in fh if line.strip())
-        if after is not None:
-            out = [e for e in out if e.seq > after]
+        for segment in segments:
+            with open(segment, encoding="utf-8") as fh:
+                out.extend(Entry(**json.loads(line)) for line in fh if line.strip())
         out.sort(key=lambda e: e.seq)
         return out
 

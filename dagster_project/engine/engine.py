@@ -99,14 +99,14 @@ class Ingestor:
         row = self.con.execute("select seq from ingest.bronze_applied where source = ?", [self.spec.name]).fetchone()
         applied = row[0] if row else 0
         known = known_mod.load(self.con, self.spec.name, applied)
-        if known is None:  # no cache through ``applied``: bronze's whole manifest, once
+        pending = None if known is None else self.bronze.entries_after(applied)
+        if pending is None:  # no cache through ``applied``, or bronze lacks that entry: every entry, once
             entries = self.bronze.entries()
             with transaction(self.con):
                 known_mod.rebuild(self.con, self.spec.name, [e for e in entries if e.seq <= applied], applied)
             pending = [e for e in entries if e.seq > applied]
             known = {path: state for path, (_, state) in known_mod.latest_states(entries).items()}
         else:
-            pending = self.bronze.entries(after=applied)
             known.update({path: state for path, (_, state) in known_mod.latest_states(pending).items()})
         self._replay(pending)
         report.replayed_entries = len(pending)
@@ -292,7 +292,9 @@ class Ingestor:
             known_mod.remember(self.con, self.spec.name, batch)  # before bronze_applied moves
             self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
                              [self.spec.name, batch[-1].seq])
-            if any(e.kind != "state" for e in batch):  # a state entry (a ctime recorded) changes no row
+            # a batch of state entries alone (a file's new inode, mtime or ctime; a partial last
+            # line that grew) changes no row
+            if any(e.kind != "state" for e in batch):
                 versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
             if bronze_written is not None:
                 bronze_written.result()

@@ -11,7 +11,7 @@ its first run, 66 ms to read; every run that sees a file change adds one).
 written in the transaction that applies them (``remember``), and ``lineage.bronze_known_through``
 the seq it is complete through. A run whose ``ingest.bronze_applied`` is that seq loads one state
 per file (3,796 in 28 ms) and reads only the segments from the one holding that seq on
-(``Bronze.entries(after=...)``); any other (a state database from before this cache, a source
+(``Bronze.entries_after``); any other (a state database from before this cache, a source
 reset for a full refresh or replay) reads every segment once and rebuilds it (``rebuild``). It is
 a cache of bronze: losing it, or the whole state database, loses nothing.
 """

@@ -55,14 +55,17 @@ def _nothing_due(view: FileView, known: dict) -> bool:
     return known["deferred"] == 0 or not sealed(view, known["changed_at"])
 
 
-def _ctime_to_record(view: FileView, sig: dict) -> bool:
-    """The file's ctime has settled and is not the one recorded: the file was last read within
-    ``CTIME_SETTLED_SECONDS`` of a write (or before the lake kept ctimes), or only its ctime
-    moved (a chmod, a link). Recorded once the file is known unchanged, so that later runs skip
-    reading its last block; else a day's file read just after its last append would have that
-    block read on every run for as long as the lake keeps it."""
+def _should_record_ctime(view: FileView, sig: dict) -> bool:
+    """No ctime was recorded for the file (it was read within ``CTIME_SETTLED_SECONDS`` of a
+    write, as a day's file just after its last append, or before the lake kept ctimes) and it
+    has one now. Recorded once the file is found unchanged by its last block, so that later runs
+    skip reading that block; else the block would be read on every run for as long as the lake
+    keeps the file. What that check cannot see (an edit before the last block with the mtime put
+    back) it could not see before either; the next append still finds it (``prefix_sha``). A
+    recorded ctime that moved (a chmod, a link, a backup's hard links: possibly every run) is not
+    recorded again: such a file has its last block read each run, as before, and adds no entry."""
     return (view.settings.trust_ctime and sig.get("ctime_ns") is not None
-            and sig["ctime_ns"] != (view.known or {}).get("ctime_ns"))
+            and (view.known or {}).get("ctime_ns") is None)
 
 
 def unchanged(view: FileView) -> bool:
@@ -73,7 +76,7 @@ def unchanged(view: FileView) -> bool:
     1M bench lake's 3,932 interaction files cost a no-op run 0.26 s (250 MB hashed).
     ``FLYWHEEL_TRUST_CTIME=0`` always reads that block (a mount whose ctime does not follow
     writes: sshfs reports the mtime). A file found unchanged by that block whose ctime is to be
-    recorded (``_ctime_to_record``) goes to ``read``, which records it."""
+    recorded (``_should_record_ctime``) goes to ``read``, which records it."""
     if not _live(view.known):
         return False
     known = view.known
@@ -89,7 +92,7 @@ def unchanged(view: FileView) -> bool:
 
         sig = stat_signature(fh.fileno(), ctime=True)
         same = _same(view.known, sig, tail_hash)
-    return same and _nothing_due(view, view.known) and not _ctime_to_record(view, sig)
+    return same and _nothing_due(view, view.known) and not _should_record_ctime(view, sig)
 
 
 def read(view: FileView, buf=None) -> list[Unit]:
@@ -105,7 +108,7 @@ def read(view: FileView, buf=None) -> list[Unit]:
         changed_at = known["changed_at"]
         if _nothing_due(view, known):
             # nothing new: a state entry only when there is a ctime to record
-            return finish([], {**known, "ctime_ns": sig["ctime_ns"]}, known) if _ctime_to_record(view, sig) else []
+            return finish([], {**known, "ctime_ns": sig["ctime_ns"]}, known) if _should_record_ctime(view, sig) else []
     else:
         changed_at = min(sig["mtime_ns"] / 1e9, view.now)
 
@@ -158,7 +161,9 @@ def read(view: FileView, buf=None) -> list[Unit]:
         position, lines_done, deferred = size, lines_done + 1, 0
     # hasher holds bytes [0, position): for a file within one tail block that is the tail too
     prefix = hasher.hexdigest()
-    state = {"format": "jsonl", "status": "ok", **sig, "generation": generation, "offset": position,
+    # The size of the bytes read, not the stat's: the file was mapped before that stat, and lines
+    # appended in between must leave the sizes unequal, or the next run finds it unchanged.
+    state = {"format": "jsonl", "status": "ok", **sig, "size": size, "generation": generation, "offset": position,
              "lines": lines_done, "prefix_sha": prefix if position else None,
              "tail_sha": prefix if position <= TAIL_CHECK_BYTES else tail_sha(buf, position),
              "changed_at": changed_at, "deferred": deferred}

@@ -12,8 +12,9 @@ written in the transaction that applies them (``remember``), and ``lineage.bronz
 the seq it is complete through. A run whose ``ingest.bronze_applied`` is that seq loads one state
 per file (3,796 in 28 ms) and reads only the segments from the one holding that seq on
 (``Bronze.entries_after``); any other (a state database from before this cache, a source
-reset for a full refresh or replay) reads every segment once and rebuilds it (``rebuild``). It is
-a cache of bronze: losing it, or the whole state database, loses nothing.
+reset for a full refresh or replay, a manifest that lacks that entry: restored from an older
+copy) reads every segment once and rebuilds it (``rebuild``). It is a cache of bronze: losing
+it, or the whole state database, loses nothing.
 """
 
 from __future__ import annotations

@@ -82,9 +82,11 @@ def settings(tmp_path):
     })
 
 
-def run_dying(settings, patch: str, run_id: str = "crashed") -> subprocess.CompletedProcess:
-    """Ingest interactions as ``run_id`` in a child process with ``patch`` (Python run after
-    importing ``bronze`` and ``engine``) applied first: it may kill -9 the child."""
+def run_dying(settings, patch: str, run_id: str = "crashed", sources=("interactions",),
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Ingest ``sources`` as ``run_id`` in a child process with ``patch`` (Python run after
+    importing ``bronze`` and ``engine``) applied first: it may kill -9 the child. ``env``: more
+    settings (``FLYWHEEL_*``)."""
     tests = os.path.dirname(os.path.abspath(__file__))
     return subprocess.run([sys.executable, "-c", f"""
 import os, sys
@@ -94,7 +96,8 @@ from dagster_project.engine import bronze, engine
 from dagster_project.settings import Settings
 {patch}
 ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
-                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}}}), {run_id!r}, sources=["interactions"])
+                           "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}, **{dict(env or {})!r}}}), {run_id!r},
+       sources={list(sources)!r})
 """], capture_output=True, text=True)
 
 

@@ -476,6 +476,33 @@ versions.forget = lambda con, table: os.kill(os.getpid(), 9)  # after raw is dro
     assert everything(con) == before
 
 
+def test_a_run_killed_between_retention_and_the_replay_it_needs_is_replayed_by_the_next(settings):
+    """Retention rewrites bronze without the expired records, then raw follows by a replay. Killed
+    in between, the next run finds nothing left to expire: the marker left by the pass makes it
+    replay, so raw does not keep the expired rows."""
+    from dataclasses import replace
+
+    store(settings.raw_dir / SESSIONS, ["r1", "r2"], journal="DELETE").close()  # recorded 2026-02-26
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    assert rows(con, "select count(*) from raw.session_ratings") == [(2,)]
+    con.close()
+    week = {"FLYWHEEL_SESSION_RETENTION_DAYS": "7"}  # every rating is older than a week
+    crash = run_dying(settings, """
+from dagster_project import privacy
+enforce = privacy.enforce_retention
+def enforce_and_die(settings, spec):
+    removed = enforce(settings, spec)
+    if removed:
+        os.kill(os.getpid(), 9)  # bronze rewritten, raw not reset
+    return removed
+privacy.enforce_retention = enforce_and_die
+""", sources=["session_ratings"], env=week)
+    assert crash.returncode == -9, crash.stderr
+    con, reports = ingest(replace(settings, session_retention_days=7), "run-2", sources=["session_ratings"])
+    assert rows(con, "select count(*) from raw.session_ratings") == [(0,)]
+    assert not (settings.state_dir / "retention_pending" / "session_ratings").exists()
+
+
 def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
     from dagster_project.engine.bronze import Bronze
 

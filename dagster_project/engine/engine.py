@@ -48,6 +48,7 @@ DECODERS = {"span": jsonl.decode, "array": json_array.decode, "rows": sqlite.dec
 # (3 seams) cost 2.9 s and 219 MB of checkpoint writes, 384 MB (1 seam) 1.0 s and 52 MB, for 1.9
 # instead of 1.4 GB peak RSS while ingesting.
 BATCH_BYTES = 384 * 1024 * 1024
+RETENTION_PENDING = "retention_pending"  # under the state dir: a source whose retention pass is unfinished
 QUARANTINE_COLUMNS = ["source", "path", "line_number", "byte_offset", "reason", "detail",
                       "raw_text", "raw_bytes", "raw_sha256", "raw_length", "run_id", "quarantined_at"]
 FILE_STATE = pa.schema([
@@ -86,13 +87,20 @@ class Ingestor:
 
         started = time.perf_counter()
         ensure_schema(self.con)
-        # The lake's own retention removes expired records from bronze; raw follows by replay.
+        # The lake's own retention removes expired records from bronze; raw follows by replay. A
+        # marker spans the pass and the reset: a run killed in between (bronze rewritten, raw
+        # not reset) leaves it, and the next run, which finds nothing left to expire, replays.
+        marker = self.settings.state_dir / RETENTION_PENDING / self.spec.name
+        interrupted = marker.exists()
+        if privacy.retention_cutoff(self.settings, self.spec) is not None and not interrupted:
+            bronze_mod._atomic_write(marker, b"")
         expired = privacy.enforce_retention(self.settings, self.spec)
-        full_refresh = full_refresh or expired > 0
+        full_refresh = full_refresh or expired > 0 or interrupted
         self.matcher = privacy.ingest_matcher(self.settings, self.spec)
         raw_before = privacy._count(self.con, f"raw.{q(self.spec.name)}")
         if full_refresh:
             reset_source(self.con, self.spec.name)
+        marker.unlink(missing_ok=True)
         ensure_raw_table(self.con, self.spec)
         report = SourceReport(self.spec.name, self.run_id)
 

@@ -113,9 +113,9 @@ class Ingestor:
             with transaction(self.con):
                 known_mod.rebuild(self.con, self.spec.name, [e for e in entries if e.seq <= applied], applied)
             pending = [e for e in entries if e.seq > applied]
-            known = {path: state for path, (_, state) in known_mod.latest_states(entries).items()}
+            known = known_mod.states(entries)
         else:
-            known.update({path: state for path, (_, state) in known_mod.latest_states(pending).items()})
+            known.update(known_mod.states(pending))
         self._replay(pending)
         report.replayed_entries = len(pending)
         if expired:

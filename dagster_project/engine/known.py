@@ -42,7 +42,12 @@ def load(con: duckdb.DuckDBPyConnection, source: str, applied: int) -> dict[str,
             con.execute(f"select path, state from {TABLE} where source = ?", [source]).fetchall()}
 
 
-def latest_states(entries: Iterable[Entry]) -> dict[str, tuple[int, dict]]:
+def states(entries: Iterable[Entry]) -> dict[str, dict]:
+    """path -> the state of its last entry carrying one, entries in seq order (what the cache holds)."""
+    return {path: state for path, (_, state) in _latest(entries).items()}
+
+
+def _latest(entries: Iterable[Entry]) -> dict[str, tuple[int, dict]]:
     """path -> (seq, state) of its last entry carrying a state, entries in seq order."""
     return {e.path: (e.seq, e.state) for e in entries if e.state is not None}
 
@@ -50,7 +55,7 @@ def latest_states(entries: Iterable[Entry]) -> dict[str, tuple[int, dict]]:
 def rebuild(con: duckdb.DuckDBPyConnection, source: str, entries: list[Entry], through: int) -> None:
     """The cache of ``source`` from ``entries`` (every entry up to ``through``, in seq order)."""
     con.execute(f"delete from {TABLE} where source = ?", [source])
-    _upsert(con, source, latest_states(entries))
+    _upsert(con, source, _latest(entries))
     con.execute(f"insert or replace into {THROUGH} values (?, ?)", [source, through])
 
 
@@ -58,7 +63,7 @@ def remember(con: duckdb.DuckDBPyConnection, source: str, batch: list[Entry]) ->
     """Called by the transaction that applies ``batch`` to raw, before it moves
     ``ingest.bronze_applied``: the batch's states, and the cache complete through its last entry
     if it was complete up to the batch (else it stays incomplete: the next run rebuilds it)."""
-    _upsert(con, source, latest_states(batch))
+    _upsert(con, source, _latest(batch))
     con.execute(f"update {THROUGH} set seq = $seq where source = $source and seq = coalesce("
                 "(select seq from ingest.bronze_applied where source = $source), 0)",
                 {"seq": batch[-1].seq, "source": source})

@@ -6,7 +6,7 @@ import json
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +66,9 @@ def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[No
     is the last: the log is appended to and checkpointed once, at the end), and the run's
     connections to them commit with ``synchronous=NORMAL``, which in WAL mode syncs at checkpoints
     only: a power cut may lose the run's last events, never corrupt the history, and the data the
-    run publishes is synced by its own writers."""
+    run publishes is synced by its own writers. Those two files are also reached through one
+    connection each for the run (``_one_connection_per_shard``), not a new engine and connection
+    per event."""
     storage = dagster.event_log_storage
     path_for_shard = getattr(storage, "path_for_shard", None)
     if path_for_shard is None or not hasattr(storage, "index_connection"):
@@ -85,6 +87,7 @@ def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[No
 
     held: list[sqlite3.Connection] = []
     event.listen(Engine, "connect", relax)
+    restore = _one_connection_per_shard(storage, {"index", run_id})
     try:
         for shard, connect in (("index", storage.index_connection), (run_id, lambda: storage.run_connection(run_id))):
             with connect():  # creates the shard (tables, WAL mode) as Dagster would
@@ -94,9 +97,68 @@ def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[No
             held.append(con)
         yield
     finally:
+        restore()  # before the held files close: the last close is still the one checkpoint
         event.remove(Engine, "connect", relax)
         for con in held:
             con.close()
+
+
+def _one_connection_per_shard(storage, shards: set[str]) -> Callable[[], None]:
+    """For the run, reach each of ``shards`` (its event-log file and the index) through one
+    engine holding one open connection, instead of Dagster's new engine and SQLite connection for
+    each call (~1,100 a no-op run: each connection reads the schema again). Returns what undoes it.
+
+    Measured on the 1M lake, three rounds alternating with the code before: a no-op 5.55-5.91 s ->
+    4.01-4.73 s (5.5 -> 4.5 CPU-s), a +1% run 7.18-8.43 s -> 6.21-6.89 s. Dagster's
+    ``_connect`` serialises every use of the storage under its ``_db_lock`` (a plain lock: never
+    nested), so one connection shared by the steps' threads is used by one at a time, as Dagster's
+    own were; each use is its own transaction, committed at its end, as there. Other shards (a
+    pruned run's) keep Dagster's way. ``has_table`` (a new engine a call, ~150 a run) remembers
+    the tables it found: a table is not dropped during a run. Where the storage lacks what this
+    relies on (another Dagster version), nothing changes."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import StaticPool
+
+    if not all(hasattr(storage, name) for name in ("_connect", "_db_lock", "_initdb", "_initialized_dbs",
+                                                    "conn_string_for_shard", "has_table")):
+        return lambda: None
+    from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+
+    dagster_connect, dagster_has_table = storage._connect, storage.has_table
+    engines: dict[str, object] = {}
+    found: set[str] = set()
+
+    @contextmanager
+    def connect(shard: str):
+        if shard not in shards:
+            with dagster_connect(shard) as conn:
+                yield conn
+            return
+        with storage._db_lock:
+            engine = engines.get(shard)
+            if engine is None:
+                engine = create_engine(storage.conn_string_for_shard(shard), poolclass=StaticPool, connect_args={
+                    "timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False})  # used under the lock
+                if shard not in storage._initialized_dbs:
+                    storage._initdb(engine)
+                    storage._initialized_dbs.add(shard)
+                engines[shard] = engine
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def has_table(name: str) -> bool:
+        if name not in found and dagster_has_table(name):
+            found.add(name)
+        return name in found
+
+    storage._connect, storage.has_table = connect, has_table  # on the instance: the class's stay
+
+    def restore() -> None:
+        del storage._connect, storage.has_table
+        with storage._db_lock:
+            for engine in engines.values():
+                engine.dispose()
+    return restore
 
 
 def prepare_state(con, settings: Settings) -> None:

@@ -244,8 +244,28 @@ def test_a_run_recorded_in_a_sqlite_instance_keeps_every_event_and_leaves_no_wri
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
-    result = run_pipeline(lake, selection=["ingest/interactions", "staging/interactions"])
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    with instance():  # the history's files exist before the run (their one-time set-up is not counted)
+        pass
+    opened: list[str] = []  # the SQLite file of each connection opened during the run
+
+    def count(dbapi_connection, _record) -> None:
+        opened.append(os.path.basename(dbapi_connection.execute("pragma database_list").fetchone()[2]))
+
+    event.listen(Engine, "connect", count)
+    try:
+        result = run_pipeline(lake, selection=["ingest/interactions", "staging/interactions"])
+    finally:
+        event.remove(Engine, "connect", count)
     assert result.success, result.failures
+    # The run's events (two steps, on two threads) went through one connection to its own file
+    # and one to the index, plus one for each table name Dagster asked the index about; Dagster
+    # alone opened a new engine and connection for each event (and each question).
+    with instance() as dagster:
+        assert len([r for r in dagster.all_logs(result.run_id) if r.dagster_event]) > 20
+    assert opened.count(f"{result.run_id}.db") == 1 and opened.count("index.db") <= 3, opened
     with instance() as dagster:
         events = [r.dagster_event for r in dagster.all_logs(result.run_id) if r.dagster_event]
         assert sorted(e.step_key for e in events if e.event_type_value == "STEP_SUCCESS") == [
@@ -290,3 +310,10 @@ def test_the_event_log_is_held_open_during_a_run_so_no_event_checkpoints_it(tmp_
         with event_log_held_open(dagster, "00000000-0000-4000-8000-000000000002"):
             assert synchronous() == 1  # NORMAL
         assert synchronous() == 2  # FULL, SQLite's default
+        # the storage is Dagster's own again after the run, also after a failure in it
+        storage = dagster.event_log_storage
+        with pytest.raises(RuntimeError), event_log_held_open(dagster, "00000000-0000-4000-8000-000000000003"):
+            assert "_connect" in vars(storage)  # the run's: one connection per file
+            raise RuntimeError("a step failed")
+        assert "_connect" not in vars(storage) and "has_table" not in vars(storage)
+        assert len(dagster.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 2

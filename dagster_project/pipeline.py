@@ -116,13 +116,14 @@ def _one_connection_per_shard(storage, shards: set[str]) -> Callable[[], None]:
     pruned run's) keep Dagster's way. ``has_table`` (a new engine a call, ~150 a run) remembers
     the tables it found: a table is not dropped during a run. Where the storage lacks what this
     relies on (another Dagster version), nothing changes."""
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+    from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
     from sqlalchemy import create_engine
     from sqlalchemy.pool import StaticPool
 
-    if not all(hasattr(storage, name) for name in ("_connect", "_db_lock", "_initdb", "_initialized_dbs",
-                                                    "conn_string_for_shard", "has_table")):
+    if not (isinstance(storage, SqliteEventLogStorage) and all(hasattr(storage, name) for name in (
+            "_connect", "_db_lock", "_initdb", "_initialized_dbs", "conn_string_for_shard", "has_table"))):
         return lambda: None
-    from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 
     dagster_connect, dagster_has_table = storage._connect, storage.has_table
     engines: dict[str, object] = {}

@@ -25,3 +25,68 @@ def test_stored_paths_resolve_linked_files_and_directories_like_path_resolve(tmp
         # c is a link to a: one file, stored once; b lives outside the root: its absolute path
         assert [p for p, _ in found] == sorted([
             "interactions/interactions_2026-02-26_a.jsonl", (elsewhere / "interactions_2026-02-27_b.jsonl").as_posix()])
+
+
+def _glob_oracle(globs, raw):
+    """What discovery returned before it listed directories itself: ``Path.glob``, ``is_file``,
+    and each path resolved (links followed) and stored relative to the resolved root."""
+    from pathlib import Path
+
+    found = {}
+    for pattern in globs:
+        pattern = os.path.expanduser(pattern)
+        if os.path.isabs(pattern):
+            anchor = Path(pattern).anchor
+            matches = Path(anchor).glob(os.path.relpath(pattern, anchor))
+        else:
+            matches = raw.glob(pattern)
+        for real in matches:
+            if real.is_file():
+                found[stored_path(real, raw)] = real
+    return sorted(found.items())
+
+
+def test_listing_a_directory_finds_exactly_what_path_glob_finds(tmp_path, monkeypatch):
+    """Every source's default glob is matched on one listing of its directory; the same files
+    and stored paths as Path.glob, through links, hidden files, directories named like files,
+    literal names, absolute, ``~`` and recursive globs, and directories that are missing."""
+    import dataclasses
+
+    raw = tmp_path / "raw"
+    d = raw / "interactions"
+    d.mkdir(parents=True)
+    for name in ("interactions_1.jsonl", ".interactions_hidden.jsonl", "interactions_x.jsonl.bak",
+                 "Interactions_upper.jsonl", "interactions_[x].jsonl", "other.jsonl"):
+        (d / name).write_text("{}\n")
+    (d / "interactions_dir.jsonl").mkdir()  # a directory whose name matches: not a file
+    (d / "interactions_dir.jsonl" / "interactions_in.jsonl").write_text("{}\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "interactions_out.jsonl").write_text("{}\n")
+    os.symlink(outside / "interactions_out.jsonl", d / "interactions_link_out.jsonl")
+    os.symlink(d / "interactions_1.jsonl", d / "interactions_link_in.jsonl")
+    os.symlink(tmp_path / "nowhere.jsonl", d / "interactions_broken.jsonl")
+    os.symlink(outside, raw / "linked_dir")
+    (raw / "sessions").mkdir()
+    (raw / "sessions" / "store.sqlite3").write_text("")
+    (raw / "at_the_root.jsonl").write_text("{}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    spec = builtin_sources()["interactions"]
+    cases = [
+        ("interactions/interactions_*.jsonl",),
+        ("interactions/*",), ("interactions/.*",), ("interactions/interactions_[!x]*.jsonl",),
+        ("interactions/interactions_?.jsonl", "interactions/*.jsonl"),  # overlapping globs: each file once
+        ("sessions/store.sqlite3",), ("sessions/missing.sqlite3",), ("interactions/interactions_link_in.jsonl",),
+        ("linked_dir/*.jsonl",), ("missing/*.jsonl",), ("interactions/other.jsonl/*",),
+        (str(outside / "*.jsonl"),), ("~/outside/interactions_*.jsonl",), (str(d / "interactions_1.jsonl"),),
+        ("**/*.jsonl",), ("*/interactions_*.jsonl",), ("interactions/**",), ("*.jsonl",),
+    ]
+    for globs in cases:
+        source = dataclasses.replace(spec, globs=globs)
+        for root in (raw, tmp_path / "raw" / ".." / "raw"):
+            assert discover(source, root) == _glob_oracle(globs, root), globs
+    # the default glob: no directory, broken link, hidden or upper-case name; a link to a file of
+    # the lake is that file (stored once), a link out of it is stored by its absolute path
+    assert [p for p, _ in discover(spec, raw)] == [
+        (outside / "interactions_out.jsonl").as_posix(), "interactions/interactions_1.jsonl",
+        "interactions/interactions_[x].jsonl"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,12 +14,48 @@ SQLITE_SUFFIXES = {".db", ".sqlite", ".sqlite3"}
 
 
 def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
-    """(stored path, real path) of every file the source's globs match, sorted by stored path."""
+    """(stored path, real path) of every file the source's globs match, sorted by stored path.
+
+    Every run lists every file of the lake, so the cost per file is the floor of a run's cost as
+    the lake ages (a year of the bench lake's producers is ~23,000 interaction files). A glob
+    whose wildcards are all in its last part (every source's default) is matched on one
+    ``os.scandir`` of its directory: the entry's type comes with the listing, so a regular file
+    costs no system call and no ``Path`` is made for what does not match (19 -> ~4 µs a file;
+    ``Path.glob`` + ``is_file`` + ``is_symlink`` made two calls and several ``Path`` objects).
+    Other globs (``**``, wildcards in directories) go through ``Path.glob`` as before."""
     found: dict[str, Path] = {}
     resolved = _Resolver(raw_dir)
-    for real in _matches(spec, raw_dir):
-        found[resolved.stored(real)] = real
+    for pattern in spec.globs:
+        pattern = os.path.expanduser(pattern)
+        directory, name = os.path.split(pattern)
+        if _MAGIC.search(directory) is None and name and name != "**":
+            base = Path(directory) if os.path.isabs(directory) else raw_dir / directory
+            for entry, link in _scan(base, name):
+                real = base / entry
+                found[resolved.stored(real) if link else resolved.in_dir(base, entry)] = real
+        else:
+            for real in _glob(pattern, raw_dir):
+                found[resolved.stored(real)] = real
     return sorted(found.items())
+
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+def _scan(directory: Path, name: str) -> list[tuple[str, bool]]:
+    """(name, is a link) of the files (or links to files) in ``directory`` that ``name`` matches
+    as ``Path.glob`` matches a last part (case-sensitive, hidden files included); none when the
+    directory cannot be listed, as ``Path.glob``. A name without wildcards is looked up, not
+    listed."""
+    if _MAGIC.search(name) is None:
+        path = os.path.join(directory, name)
+        return [(name, os.path.islink(path))] if os.path.isfile(path) else []
+    match = re.compile(fnmatch.translate(name)).fullmatch
+    try:
+        with os.scandir(directory) as entries:
+            return [(e.name, e.is_symlink()) for e in entries if match(e.name) and e.is_file()]
+    except OSError:
+        return []
 
 
 def claims_any(spec: SourceSpec, raw_dir: Path) -> bool:
@@ -38,13 +76,16 @@ def claimed_bytes(spec: SourceSpec, raw_dir: Path) -> int:
 
 def _matches(spec: SourceSpec, raw_dir: Path) -> Iterator[Path]:
     for pattern in spec.globs:
-        pattern = os.path.expanduser(pattern)
-        if os.path.isabs(pattern):
-            anchor = Path(pattern).anchor
-            matches = Path(anchor).glob(os.path.relpath(pattern, anchor))
-        else:
-            matches = raw_dir.glob(pattern)
-        yield from (real for real in matches if real.is_file())
+        yield from _glob(os.path.expanduser(pattern), raw_dir)
+
+
+def _glob(pattern: str, raw_dir: Path) -> Iterator[Path]:
+    if os.path.isabs(pattern):
+        anchor = Path(pattern).anchor
+        matches = Path(anchor).glob(os.path.relpath(pattern, anchor))
+    else:
+        matches = raw_dir.glob(pattern)
+    return (real for real in matches if real.is_file())
 
 
 class _Resolver:
@@ -54,15 +95,21 @@ class _Resolver:
 
     def __init__(self, raw_dir: Path):
         self.root = raw_dir.resolve()
-        self.dirs: dict[str, Path] = {}
+        self.prefixes: dict[str, str] = {}  # directory as given -> its stored path and "/"
 
     def stored(self, real: Path) -> str:
         if real.is_symlink():
             return _relative(real.resolve(), self.root)
-        parent = str(real.parent)
-        if parent not in self.dirs:
-            self.dirs[parent] = real.parent.resolve()
-        return _relative(self.dirs[parent] / real.name, self.root)
+        return self.in_dir(real.parent, real.name)
+
+    def in_dir(self, directory: Path, name: str) -> str:
+        """The stored path of ``directory``/``name``, a file that is not a link."""
+        key = str(directory)
+        prefix = self.prefixes.get(key)
+        if prefix is None:
+            stored = _relative(directory.resolve(), self.root)
+            prefix = self.prefixes[key] = "" if stored == "." else stored.rstrip("/") + "/"
+        return prefix + name
 
 
 def stored_path(real: Path, raw_dir: Path) -> str:

@@ -65,7 +65,13 @@ def assert_known_is_bronzes(settings, con, sources):
         found = rows(con, "select seq from ingest.bronze_applied where source = ?", [source])
         applied = found[0][0] if found else 0
         every = Bronze(settings, source).entries()
-        assert known.load(con, source, applied) == known.states(e for e in every if e.seq <= applied)
+        states = known.states(e for e in every if e.seq <= applied)
+        cached = known.load(con, source, applied)
+        assert cached == states
+        # settled: exactly the read line files with nothing deferred and a ctime recorded, by their stat
+        assert cached.settled == {path: (s["size"], s["mtime_ns"], s["ino"], s["ctime_ns"]) for path, s in states.items()
+                                  if s.get("format") == "jsonl" and s.get("status") == "ok" and s.get("deferred") == 0
+                                  and s.get("ctime_ns") is not None}
 
 
 def test_a_run_reads_only_the_bronze_segments_after_what_raw_holds(settings, monkeypatch):
@@ -327,6 +333,45 @@ def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_i
     assert path.stat().st_ctime_ns != st.st_ctime_ns
     con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
     assert reports["interactions"].files[0].event == "rewritten" and reads == [st.st_size]
+
+
+def test_a_settled_file_is_decided_by_its_stat_alone_and_any_change_sends_it_to_its_reader(settings, monkeypatch):
+    """A line file whose size, mtime, inode and recorded ctime its stat still shows is unchanged
+    without its reader or its state being looked at (a lake of years is mostly such files); an
+    append, or a chmod that moves the ctime alone, sends it to the reader again, which decides."""
+    from dagster_project.engine.readers import jsonl
+
+    path, reports, con, reads = read_twice(settings, monkeypatch)
+    looked = []
+    for name in ("unchanged", "read"):
+        real = getattr(jsonl, name)
+        monkeypatch.setattr(jsonl, name, lambda view, *a, _real=real, _name=name: looked.append(_name) or _real(view, *a))
+    con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "unchanged" and looked == [] and reads == []
+    os.chmod(path, 0o600)  # the ctime moves, nothing else
+    con, reports = ingest(settings, "run-4", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "unchanged" and looked == ["unchanged"]
+    with path.open("a") as fh:
+        fh.write(dumps(interaction(3)) + "\n")
+    looked.clear()
+    con, reports = ingest(settings, "run-5", sources=["interactions"], con=con)
+    assert reports["interactions"].files[0].event == "appended" and looked == ["unchanged", "read"]
+    assert rows(con, "select count(*) from raw.interactions") == [(4,)]
+
+
+def test_a_state_newer_than_the_cache_is_never_taken_as_settled(settings, monkeypatch):
+    """Entries bronze holds beyond the cache (a run killed after its bronze write) give a file a
+    newer state than the cache's: that file is looked at by its reader, whatever its stat."""
+    from dagster_project.engine import known
+
+    path, _, con, _ = read_twice(settings, monkeypatch)
+    applied = rows(con, "select seq from ingest.bronze_applied where source = 'interactions'")[0][0]
+    cached = known.load(con, "interactions", applied)
+    stored = "interactions/" + path.name
+    assert stored in cached.settled
+    newer = {**cached[stored], "deferred": 5}
+    cached.update({stored: newer})
+    assert stored not in cached.settled and cached[stored] == newer and list(cached) == [stored]
 
 
 def test_without_trusting_ctime_an_untouched_file_has_its_last_block_read(settings, monkeypatch):

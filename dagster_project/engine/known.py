@@ -20,7 +20,7 @@ it, or the whole state database, loses nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 
 import duckdb
 
@@ -32,14 +32,59 @@ TABLE = "lineage.bronze_known"
 THROUGH = "lineage.bronze_known_through"
 
 
-def load(con: duckdb.DuckDBPyConnection, source: str, applied: int) -> dict[str, dict] | None:
+class States(MutableMapping):
+    """path -> state, each parsed from the cache's JSON the first time it is read, and
+    ``settled``: path -> (size, mtime_ns, inode, ctime_ns) of each line file whose cached state
+    says it is unchanged while its ``stat`` still shows these (``jsonl.unchanged``'s first test:
+    read, nothing deferred, a ctime recorded). A run parses only the states of the files it has
+    to look at: on a lake that grows for years nearly every file is settled, and parsing each
+    state cost ~5 µs a file a run."""
+
+    def __init__(self, raw: dict[str, str | dict], settled: dict[str, tuple[int, int, int, int]]):
+        self._raw, self.settled = raw, settled
+
+    def __getitem__(self, path: str) -> dict:
+        state = self._raw[path]
+        if isinstance(state, str):
+            state = self._raw[path] = json.loads(state)
+        return state
+
+    def __setitem__(self, path: str, state: dict) -> None:
+        self._raw[path] = state
+        self.settled.pop(path, None)  # a newer state than the cache's: its files are looked at
+
+    def __delitem__(self, path: str) -> None:
+        del self._raw[path]
+        self.settled.pop(path, None)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._raw
+
+    def __iter__(self):
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+def load(con: duckdb.DuckDBPyConnection, source: str, applied: int) -> States | None:
     """Each path's latest state among the entries up to ``applied`` (the source's
     ``ingest.bronze_applied``), or None when the cache is not complete through exactly that."""
     row = con.execute(f"select seq from {THROUGH} where source = ?", [source]).fetchone()
     if row is None or row[0] != applied:
         return None
-    return {path: json.loads(state) for path, state in
-            con.execute(f"select path, state from {TABLE} where source = ?", [source]).fetchall()}
+    raw, settled = {}, {}
+    # one json_transform a row in DuckDB: 15 ms for 9,919 states, where json.loads of each took 80
+    for path, state, is_settled, *signature in con.execute(
+            "select path, state, s.format = 'jsonl' and s.status = 'ok' and s.deferred = 0 and s.ctime_ns is not null, "
+            "s.size, s.mtime_ns, s.ino, s.ctime_ns from (select path, state, json_transform(state, "
+            "'{\"format\": \"VARCHAR\", \"status\": \"VARCHAR\", \"deferred\": \"BIGINT\", \"size\": \"BIGINT\", "
+            "\"mtime_ns\": \"BIGINT\", \"ino\": \"BIGINT\", \"ctime_ns\": \"BIGINT\"}') as s "
+            f"from {TABLE} where source = ?)", [source]).fetchall():
+        raw[path] = state
+        if is_settled:
+            settled[path] = tuple(signature)
+    return States(raw, settled)
 
 
 def states(entries: Iterable[Entry]) -> dict[str, dict]:

@@ -97,10 +97,12 @@ def event_log_held_open(dagster: dg.DagsterInstance, run_id: str) -> Iterator[No
             held.append(con)
         yield
     finally:
-        restore()  # before the held files close: the last close is still the one checkpoint
-        event.remove(Engine, "connect", relax)
-        for con in held:
-            con.close()
+        try:
+            restore()  # before the held files close: the last close is still the one checkpoint
+        finally:
+            event.remove(Engine, "connect", relax)
+            for con in held:
+                con.close()
 
 
 def _one_connection_per_shard(storage, shards: set[str]) -> Callable[[], None]:
@@ -138,12 +140,12 @@ def _one_connection_per_shard(storage, shards: set[str]) -> Callable[[], None]:
         with storage._db_lock:
             engine = engines.get(shard)
             if engine is None:
-                engine = create_engine(storage.conn_string_for_shard(shard), poolclass=StaticPool, connect_args={
-                    "timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False})  # used under the lock
+                engine = engines[shard] = create_engine(
+                    storage.conn_string_for_shard(shard), poolclass=StaticPool,
+                    connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False})  # under the lock
                 if shard not in storage._initialized_dbs:
-                    storage._initdb(engine)
+                    storage._initdb(engine)  # should it fail, the engine is still disposed at the end
                     storage._initialized_dbs.add(shard)
-                engines[shard] = engine
             with engine.connect() as conn, conn.begin():
                 yield conn
 

@@ -473,6 +473,27 @@ def test_future_mtime_still_seals_the_partial_tail(settings):
     assert rows(con, "select lines_read, rows_quarantined, deferred_bytes from ingest.files") == [(1, 1, 0)]
 
 
+def test_a_partial_last_line_is_sealed_though_its_file_never_changes_again(settings, monkeypatch):
+    """A file waiting with a partial last line is looked at by its reader every run, whatever its
+    stat says (its ctime settled and recorded): the line is sealed once the quiet period is over."""
+    from dagster_project.engine import readers
+
+    monkeypatch.setattr(readers, "CTIME_SETTLED_SECONDS", 0.0)  # the first read records the ctime
+    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000f.jsonl",
+                       [dumps(interaction(0))])
+    with path.open("a") as fh:
+        fh.write('{"id": "partial')
+    now = time.time()
+    con, reports = ingest(settings, "run-1", sources=["interactions"], now=now)
+    assert reports["interactions"].files[0].deferred_bytes == 15
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con, now=now + 1)
+    assert reports["interactions"].files[0].deferred_bytes == 15  # still waiting
+    con, reports = ingest(settings, "run-3", sources=["interactions"], con=con,
+                          now=now + settings.seal_after_seconds + 1)
+    assert reports["interactions"].files[0].event == "sealed"
+    assert rows(con, "select reason from ingest.quarantine") == [("unterminated_last_line",)]
+
+
 def test_crash_after_bronze_write_is_recovered_by_the_next_run(settings):
     """A run killed between writing bronze and committing raw: the next run applies it once."""
     path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000e.jsonl",

@@ -67,6 +67,7 @@ def test_listing_a_directory_finds_exactly_what_path_glob_finds(tmp_path, monkey
     os.symlink(d / "interactions_1.jsonl", d / "interactions_link_in.jsonl")
     os.symlink(tmp_path / "nowhere.jsonl", d / "interactions_broken.jsonl")
     os.symlink(outside, raw / "linked_dir")
+    os.symlink(d / "interactions_loop.jsonl", d / "interactions_loop.jsonl")  # a link loop: not a file
     (raw / "sessions").mkdir()
     (raw / "sessions" / "store.sqlite3").write_text("")
     (raw / "at_the_root.jsonl").write_text("{}\n")
@@ -80,6 +81,8 @@ def test_listing_a_directory_finds_exactly_what_path_glob_finds(tmp_path, monkey
         ("linked_dir/*.jsonl",), ("missing/*.jsonl",), ("interactions/other.jsonl/*",),
         (str(outside / "*.jsonl"),), ("~/outside/interactions_*.jsonl",), (str(d / "interactions_1.jsonl"),),
         ("**/*.jsonl",), ("*/interactions_*.jsonl",), ("interactions/**",), ("*.jsonl",),
+        ("interactions/interactions_loop.jsonl",), ("interactions/interactions_broken.jsonl",),
+        ("interactions/interactions_dir.jsonl",), ("interactions/",),
     ]
     for globs in cases:
         source = dataclasses.replace(spec, globs=globs)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,22 +42,35 @@ def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
 
 
 _MAGIC = re.compile(r"[*?[]")
+# What Path.is_file takes for "not a file" rather than an error (pathlib's _ignore_error): a
+# missing target, a path through a file, a bad descriptor, a link loop.
+_NOT_A_FILE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 
 
 def _scan(directory: Path, name: str) -> list[tuple[str, bool]]:
     """(name, is a link) of the files (or links to files) in ``directory`` that ``name`` matches
-    as ``Path.glob`` matches a last part (case-sensitive, hidden files included); none when the
-    directory cannot be listed, as ``Path.glob``. A name without wildcards is looked up, not
-    listed."""
+    as ``Path.glob`` matches a last part: case-sensitive, hidden files included; a directory that
+    is missing or may not be listed matches nothing, another error is raised; an entry that is a
+    broken link or a link loop is not a file. A name without wildcards is looked up, not listed."""
     if _MAGIC.search(name) is None:
         path = os.path.join(directory, name)
-        return [(name, os.path.islink(path))] if os.path.isfile(path) else []
+        return [(name, os.path.islink(path))] if _is_file(path) else []
     match = re.compile(fnmatch.translate(name)).fullmatch
     try:
         with os.scandir(directory) as entries:
-            return [(e.name, e.is_symlink()) for e in entries if match(e.name) and e.is_file()]
-    except OSError:
+            return [(e.name, e.is_symlink()) for e in entries if match(e.name) and _is_file(e)]
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
+
+
+def _is_file(path: str | os.DirEntry) -> bool:
+    """``Path.is_file``: a regular file, through links (a listed entry's type costs no call)."""
+    try:
+        return path.is_file() if isinstance(path, os.DirEntry) else stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as exc:
+        if exc.errno in _NOT_A_FILE:
+            return False
+        raise
 
 
 def claims_any(spec: SourceSpec, raw_dir: Path) -> bool:

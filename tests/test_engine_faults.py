@@ -119,3 +119,23 @@ def test_recorded_tail_hash_is_the_last_consumed_block(settings, lines):
         assert entry.state["offset"] == end
         assert entry.state["tail_sha"] == hashlib.sha256(data[max(0, end - TAIL_CHECK_BYTES):end]).hexdigest()
         assert entry.state["prefix_sha"] == hashlib.sha256(data[:end]).hexdigest()
+
+
+def test_more_new_files_than_the_process_may_hold_open_are_all_read_in_one_run(settings):
+    """A batch keeps each new file's bytes mapped, and each map holds a file descriptor: with 300
+    new files and a limit of 64 open files (hard: the run cannot raise it), the run once read ~50
+    and called the rest "unreadable: Too many open files". It now copies the held bytes and
+    closes the maps when a batch holds a quarter of the limit: every file is read, in one run."""
+    for day in range(300):
+        write_lines(settings.raw_dir / f"interactions/interactions_2026-02-26_{day:08x}.jsonl",
+                    [dumps(interaction(day * 2)), dumps(interaction(day * 2 + 1))])
+    done = run_dying(settings, """
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+""", run_id="run-1")
+    assert done.returncode == 0, done.stderr
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert {f.event for f in reports["interactions"].files} == {"unchanged"}
+    assert rows(con, "select count(*), count(distinct id), min(ingest_run_id), max(ingest_run_id) "
+                     "from raw.interactions") == [(600, 600, "run-1", "run-1")]
+    assert rows(con, "select count(*) from ingest.file_events where event = 'unreadable'") == [(0,)]

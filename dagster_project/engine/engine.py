@@ -15,7 +15,9 @@ bronze and incremental == full refresh whatever the producers did to their files
 
 from __future__ import annotations
 
+import functools
 import os
+import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,6 +52,14 @@ DECODERS = {"span": jsonl.decode, "array": json_array.decode, "rows": sqlite.dec
 # instead of 1.4 GB peak RSS while ingesting.
 BATCH_BYTES = 384 * 1024 * 1024
 RETENTION_PENDING = "retention_pending"  # under the state dir: a source whose retention pass is unfinished
+# A line file's new bytes stay mapped until its batch is applied (Arrow reads them in place), and
+# each map holds a file descriptor: a batch of many small files (a day's files over a year) held
+# one per file, and beyond the process's limit (`ulimit -n`, 1,024 on many systems) every further
+# file was "unreadable: Too many open files" until a later run. Once a batch holds this share of
+# the limit (two ingest steps run at once, beside DuckDB's and Dagster's own files), the bytes it
+# holds are copied and their maps closed.
+OPEN_FILES_SHARE = 4
+WANTED_OPEN_FILES = 65_536  # the soft limit is raised towards the hard one, up to this
 QUARANTINE_COLUMNS = ["source", "path", "line_number", "byte_offset", "reason", "detail",
                       "raw_text", "raw_bytes", "raw_sha256", "raw_length", "run_id", "quarantined_at"]
 FILE_STATE = pa.schema([
@@ -64,6 +74,32 @@ Progress = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- the engine
+
+
+def _detach(batch: list[bronze_mod.Entry]) -> None:
+    """Copy the bytes the batch's entries hold in place in their files' maps, which then close
+    (their last reference gone): the batch holds no file open any more."""
+    for entry in batch:
+        if isinstance(entry.data, memoryview):
+            entry.data = bytes(entry.data)
+
+
+@functools.cache
+def open_files_budget() -> int:
+    """How many files a batch may hold open: a share of the process's open-file limit, whose soft
+    value is first raised towards its hard one (once per process; where the hard limit is low,
+    batches are cut smaller instead)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = WANTED_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, WANTED_OPEN_FILES)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+    except (ValueError, OSError):  # a platform or sandbox that refuses: keep the limit it has
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        soft = WANTED_OPEN_FILES
+    return max(16, soft // OPEN_FILES_SHARE)
 
 
 def _same_stat(real: Path, signature: tuple[int, int, int, int] | None) -> bool:
@@ -141,7 +177,8 @@ class Ingestor:
         # line files whose stat is the one their cached state recorded: unchanged, their state unread
         settled = getattr(known, "settled", {}) if self.spec.format == "jsonl" and self.settings.trust_ctime else {}
         batch: list[bronze_mod.Entry] = []
-        size = 0
+        size = held = 0  # bytes in the batch, files whose maps it holds
+        max_held = open_files_budget()
         for i, (path, real) in enumerate(files, start=1):
             self.progress(f"{self.spec.name}: [{i}/{len(files)}] {path}")
             if _same_stat(real, settled.get(path)):
@@ -157,9 +194,13 @@ class Ingestor:
                     result.bytes_read += unit.meta["end"] - unit.meta["start"]
             state = next((u.state for u in reversed(units) if u.state), known.get(path))
             result.deferred_bytes = (state or {}).get("deferred", 0) or 0
+            held += any(unit.data is not None for unit in units)
             if size >= BATCH_BYTES:
                 self._commit(batch)
-                batch, size = [], 0
+                batch, size, held = [], 0, 0
+            elif held >= max_held:
+                _detach(batch)
+                held = 0
         present = {p for p, _ in files}
         for path in sorted(set(known) - present):
             if known[path].get("status") != "missing":

@@ -87,8 +87,8 @@ def _detach(batch: list[bronze_mod.Entry]) -> None:
 @functools.cache
 def open_files_budget() -> int:
     """How many files a batch may hold open: a share of the process's open-file limit, whose soft
-    value is first raised towards its hard one (once per process; where the hard limit is low,
-    batches are cut smaller instead)."""
+    value is first raised towards its hard one (once per process; where the hard limit is low, a
+    batch's bytes are copied and its files closed sooner: ``_detach``)."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         wanted = WANTED_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, WANTED_OPEN_FILES)

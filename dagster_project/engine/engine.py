@@ -31,7 +31,7 @@ from dagster_project.engine import bronze as bronze_mod
 from dagster_project.engine import known as known_mod
 from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
                                                ensure_schema, reset_source)
-from dagster_project.engine.discovery import SQLITE_SUFFIXES, discover
+from dagster_project.engine.discovery import SQLITE_SUFFIXES, listing
 from dagster_project.engine.readers import FileView, Unit
 from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
@@ -102,7 +102,7 @@ def open_files_budget() -> int:
     return max(16, soft // OPEN_FILES_SHARE)
 
 
-def _same_stat(real: Path, signature: tuple[int, int, int, int] | None) -> bool:
+def _same_stat(real: str, signature: tuple[int, int, int, int] | None) -> bool:
     """The file's size, mtime, inode and ctime are ``signature`` (a settled line file's, from
     ``known.States``): unchanged since its read, as ``jsonl.unchanged`` decides first. A file
     that cannot be stat-ed goes to its reader, which says why."""
@@ -173,7 +173,7 @@ class Ingestor:
                 "bronze": expired, "raw": raw_before - privacy._count(self.con, f"raw.{q(self.spec.name)}")}})
         self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
-        files = discover(self.spec, self.settings.raw_dir)
+        files = listing(self.spec, self.settings.raw_dir)
         # line files whose stat is the one their cached state recorded: unchanged, their state unread
         settled = getattr(known, "settled", {}) if self.spec.format == "jsonl" and self.settings.trust_ctime else {}
         batch: list[bronze_mod.Entry] = []
@@ -184,7 +184,7 @@ class Ingestor:
             if _same_stat(real, settled.get(path)):
                 self.results.setdefault(path, FileResult(path, "unchanged")).event = "unchanged"
                 continue
-            units, event = self._observe(path, real, known.get(path))
+            units, event = self._observe(path, Path(real), known.get(path))
             result = self.results.setdefault(path, FileResult(path, event))
             result.event = event
             for unit in units:

@@ -16,7 +16,6 @@ bronze and incremental == full refresh whatever the producers did to their files
 from __future__ import annotations
 
 import functools
-import os
 import resource
 import time
 from collections.abc import Callable
@@ -102,19 +101,6 @@ def open_files_budget() -> int:
     return max(16, soft // OPEN_FILES_SHARE)
 
 
-def _same_stat(real: str, signature: tuple[int, int, int, int] | None) -> bool:
-    """The file's size, mtime, inode and ctime are ``signature`` (a settled line file's, from
-    ``known.States``): unchanged since its read, as ``jsonl.unchanged`` decides first. A file
-    that cannot be stat-ed goes to its reader, which says why."""
-    if signature is None:
-        return False
-    try:
-        st = os.stat(real)
-    except OSError:
-        return False
-    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == signature
-
-
 class Ingestor:
     """Ingest one source into an open DuckDB connection (the writer's state database)."""
 
@@ -181,7 +167,7 @@ class Ingestor:
         max_held = open_files_budget()
         for i, (path, real) in enumerate(files, start=1):
             self.progress(f"{self.spec.name}: [{i}/{len(files)}] {path}")
-            if _same_stat(real, settled.get(path)):
+            if jsonl.settled_unchanged(real, settled.get(path)):
                 self.results.setdefault(path, FileResult(path, "unchanged")).event = "unchanged"
                 continue
             units, event = self._observe(path, Path(real), known.get(path))

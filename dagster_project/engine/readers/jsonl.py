@@ -68,6 +68,20 @@ def _should_record_ctime(view: FileView, sig: dict) -> bool:
             and (view.known or {}).get("ctime_ns") is None)
 
 
+def settled_unchanged(real: str, signature: tuple[int, int, int, int] | None) -> bool:
+    """``unchanged``'s first test alone, with no ``FileView`` and no parsed state: the file's size,
+    mtime, inode and ctime are ``signature``, the ones its cached state recorded for a live line
+    file with nothing deferred (``known.States.settled``; None otherwise). A file that cannot be
+    stat-ed is not settled: ``read`` says why."""
+    if signature is None:
+        return False
+    try:
+        st = os.stat(real)
+    except OSError:
+        return False
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == signature
+
+
 def unchanged(view: FileView) -> bool:
     """``read`` would find nothing to do. Nearly every file of a lake is unchanged on a given
     run: one whose size, mtime, inode and settled ctime are the recorded ones is not read at

@@ -149,7 +149,7 @@ class Ingestor:
             with transaction(self.con):
                 known_mod.rebuild(self.con, self.spec.name, [e for e in entries if e.seq <= applied], applied)
             pending = [e for e in entries if e.seq > applied]
-            known = known_mod.states(entries)
+            known = known_mod.States(known_mod.states(entries), settled={})  # this once, every file is looked at
         else:
             known.update(known_mod.states(pending))
         self._replay(pending)
@@ -161,7 +161,7 @@ class Ingestor:
 
         files = listing(self.spec, self.settings.raw_dir)
         # line files whose stat is the one their cached state recorded: unchanged, their state unread
-        settled = getattr(known, "settled", {}) if self.spec.format == "jsonl" and self.settings.trust_ctime else {}
+        settled = known.settled if self.spec.format == "jsonl" and self.settings.trust_ctime else {}
         batch: list[bronze_mod.Entry] = []
         size = held = 0  # bytes in the batch, files whose maps it holds
         max_held = open_files_budget()

@@ -263,18 +263,26 @@ def test_a_relabelled_member_of_a_full_group_recomputes_it():
     assert_equals_whole_build(lake, dpo_max_pairs=2)
 
 
-def test_dpo_reads_of_an_interaction_only_what_the_group_fetch_brings():
-    """An incremental build fetches the other members of a touched DPO group with
-    DPO_MEMBER_COLUMNS only (the rest NULL): dpo.sql must read nothing else of them."""
+def test_dpo_reads_of_an_interaction_only_what_the_member_fetch_brings():
+    """An incremental build pairs a touched DPO group from its members' keys (dpo_pairs.sql reads
+    no interaction) and fetches the untouched members of new pairs with DPO_MEMBER_COLUMNS only
+    (the rest NULL): dpo.sql must read nothing else of them."""
     import re
 
     from transforms.sqlfiles import sql_text
     from transforms.training import DPO_MEMBER_COLUMNS
 
-    code = "\n".join(line.split("--", 1)[0] for line in sql_text("exports/dpo").splitlines())
-    read = {m.group(2) for m in re.finditer(r'\bi\.("?)(\w+)\1', code)}
+    def code(name: str) -> str:
+        return "\n".join(line.split("--", 1)[0] for line in sql_text(name).splitlines())
+
+    pairs = code("exports/dpo_pairs")
+    ctes = set(re.findall(r"(\w+) as \(", pairs))
+    assert set(re.findall(r"(?:from|join) (\w+\.?\w*)", pairs)) - ctes == {"lineage.prompt_keys", "fw_touched_groups"}
+    dpo = code("exports/dpo")
+    assert re.findall(r"join fw_interactions as (\w+)", dpo) == ["p", "n"]
+    read = {m.group(2) for m in re.finditer(r'\b[pn]\.("?)(\w+)\1', dpo)}
     assert read and read <= set(DPO_MEMBER_COLUMNS), read - set(DPO_MEMBER_COLUMNS)
-    assert not re.search(r"\bi\.\*", code)
+    assert not re.search(r"\b[pn]\.\*", dpo)
 
 
 def test_a_group_gaining_an_answer_keeps_its_pairs_and_writes_only_the_new_one():

@@ -13,9 +13,11 @@ deleted and recomputed, and so are the DPO groups they were or are in (except ca
 that only gained answers later than their kept pairs: ``sql/exports/dpo_settled_groups.sql``
 proves those unchanged); weighted examples whose
 staging row changed are recomputed in kto and weighted. The costly per-interaction values
-(normalised-prompt hashes, pseudonym) live in ``lineage.prompt_keys`` and are computed once per
-interaction version. A change of settings (split fraction, pair cap, key, retention with the
-run date), of the code, or a labels build this builder cannot follow rebuilds whole.
+(normalised-prompt hashes, pseudonym, the hash of the answer) live in ``lineage.prompt_keys`` and
+are computed once per interaction version: a touched DPO group is paired again from its
+members' keys, and only the members of pairs it did not hold before are read from staging. A
+change of settings (split fraction, pair cap, key, retention with the run date), of the code,
+or a labels build this builder cannot follow rebuilds whole.
 """
 
 from __future__ import annotations
@@ -40,16 +42,18 @@ PROMPT_KEYS = "lineage.prompt_keys"
 # What the last build consumed of staging.weighted_examples: a hash of each whole row.
 WEIGHTED_INPUTS = "lineage.training_weighted_inputs"
 WEIGHTED_HASH = "hash(w)"  # w: the row, as a struct
-# What sql/exports/dpo.sql reads of an interaction (fw_interactions, alias i): all an incremental
-# build fetches of the other members of a touched DPO group (scattered rows: every column costs).
-DPO_MEMBER_COLUMNS = ("id", "input_text", "context", "output_text", "path", "line_number", "timestamp")
+# What sql/exports/dpo.sql reads of an interaction (fw_interactions, aliases p and n): all an
+# incremental build fetches of an untouched member of a new pair (scattered rows: every column costs).
+DPO_MEMBER_COLUMNS = ("id", "input_text", "context", "output_text", "path", "line_number")
+# The pairs of the groups being built, by id (sql/exports/dpo_pairs.sql): what dpo.sql gives texts.
+DPO_PAIRS = "fw_dpo_pairs"
 
 # What _build_incremental deletes and inserts again, table by table.
 RECOMPUTED = {
     "exports.sft": "base.interaction_id in (select key from fw_touched_interactions)",
     "exports.kto": "(base.origin = 'interaction' and base.example_id in (select key from fw_touched_interactions)) "
                    "or (base.origin <> 'interaction' and base.example_id in (select key from fw_touched_weighted))",
-    # a touched group's pairs that its recomputation (fw_dpo) keeps as they were stay
+    # a touched group's pairs that it still holds as they were (fw_dpo_kept) stay
     "exports.dpo": "base.prompt_group in (select key from fw_touched_groups) and not exists (select 1 from "
                    "fw_dpo_kept k where k.chosen_id = base.chosen_id and k.rejected_id = base.rejected_id)",
     "exports.weighted": "base.content_hash in (select key from fw_touched_weighted)",
@@ -108,7 +112,8 @@ def build_training_sets(
     key = delta.settings_key(
         "training", {k: v for k, v in params.items() if k != "as_of"}, params["as_of"] if dated else None,
         con.execute("select fw_pseudonym('flywheel-watermark')").fetchone()[0],
-        sql=("exports/prompt_keys", "exports/dpo_settled_groups", *(f"exports/{name}" for name in EXPORTS)))
+        sql=("exports/prompt_keys", "exports/dpo_settled_groups", "exports/dpo_pairs",
+             *(f"exports/{name}" for name in EXPORTS)))
     state = delta.load(con, "training", key) if incremental else None
     labels_now = latest_label_build(con)
     changes = label_changes_since(con, state and state.get("labels"))
@@ -140,8 +145,10 @@ def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None
     delta.temp_keys(con, "fw_touched_groups")
     whole = {**params, "all": True}
     run_sql(con, "exports/prompt_keys", whole, table=PROMPT_KEYS)
+    _dpo_pairs(con, whole)
     for name in EXPORTS:
         run_sql(con, f"exports/{name}", whole)
+    con.execute(f"drop table {DPO_PAIRS}")
     con.execute(f"create or replace table {WEIGHTED_INPUTS} as "
                 f"select content_hash, {WEIGHTED_HASH} as h from staging.weighted_examples as w")
 
@@ -168,7 +175,7 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     touched = "in (select key from fw_touched_interactions)"
     weighted = "in (select key from fw_touched_weighted)"
     # Staging is read twice, not once per table: the touched rows, then the other members of
-    # their DPO groups (the SQL reads fw_interactions).
+    # the DPO pairs that are new (the SQL reads fw_interactions).
     _drop_fw_interactions(con)
     con.execute("create temp table fw_interactions as select * from staging.interactions limit 0")
     _fetch_interactions(con, "select key from fw_touched_interactions")
@@ -187,43 +194,47 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
                     sql_params("exports/dpo_settled_groups", params))
-    # only dpo.sql reads these rows (the other tables read touched ids alone): its columns only
-    _fetch_interactions(con, f"select id from {PROMPT_KEYS} where prompt_group in "
-                             f"(select key from fw_touched_groups) and id not {touched}", DPO_MEMBER_COLUMNS)
     _diff_dpo(con, part)
+    # only dpo.sql reads these rows (the other tables read touched ids alone): its columns only
+    _fetch_interactions(con, f"select id from (select chosen_id as id from {DPO_PAIRS} union "
+                             f"select rejected_id from {DPO_PAIRS}) where id not {touched}", DPO_MEMBER_COLUMNS)
     deleted = delta.delete_recomputed(con, RECOMPUTED)
     appended = {}
     for name in EXPORTS:
         start = delta.next_rowid(con, f"exports.{name}")
-        if name == "dpo":  # the pairs that changed (_diff_dpo), not the touched groups' whole
-            added = con.execute("insert into exports.dpo by name select d.* from fw_dpo d anti join fw_dpo_kept k "
-                                "on k.chosen_id = d.chosen_id and k.rejected_id = d.rejected_id").fetchone()[0]
-        else:
-            added = insert_sql(con, f"exports/{name}", part)
-        appended[f"exports.{name}"] = (start, added)
+        # dpo: the pairs that changed (_diff_dpo), not the touched groups' whole
+        appended[f"exports.{name}"] = (start, insert_sql(con, f"exports/{name}", part))
     con.execute(f"delete from {WEIGHTED_INPUTS} where content_hash {weighted}")
     con.execute(f"insert into {WEIGHTED_INPUTS} select content_hash, {WEIGHTED_HASH} "
                 f"from staging.weighted_examples as w where content_hash {weighted}")
     return appended, deleted
 
 
+def _dpo_pairs(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+    """``fw_dpo_pairs``: the pairs of the groups being built (all, or fw_touched_groups), by id."""
+    con.execute(f"create or replace temp table {DPO_PAIRS} as {sql_text('exports/dpo_pairs')}",
+                sql_params("exports/dpo_pairs", params))
+
+
 def _diff_dpo(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
-    """``fw_dpo``: the touched groups' pairs as dpo.sql computes them now; ``fw_dpo_kept``: those
-    exports.dpo already holds as they are, which the build neither deletes nor inserts.
+    """``fw_dpo_pairs``: the touched groups' pairs that exports.dpo does not hold as they are;
+    ``fw_dpo_kept``: those it holds, which the build neither deletes nor inserts.
 
     A pair row is made of its two interactions' staging rows, prompt keys and labels (and the
     split setting, part of the build's key): a pair whose chosen and rejected interactions are
-    both untouched is the same row as before when dpo.sql still pairs them. So only the pairs
+    both untouched is the same row as before when the group still pairs them. So only the pairs
     that changed are rewritten, and their days are the only ones the snapshot hashes again: a
     touched group's pairs lie on all its days (on the 1M lake, a +1% run touched pairs on 59 of
-    the 61 days, of which 1 changed)."""
-    con.execute(f"create or replace temp table fw_dpo as {sql_text('exports/dpo')}",
-                sql_params("exports/dpo", params))
+    the 61 days, of which 1 changed). The pairs are decided from the members' keys, so only the
+    members of the pairs left are read from staging (their texts)."""
+    _dpo_pairs(con, params)
     touched = "(select key from fw_touched_interactions)"
-    con.execute("create or replace temp table fw_dpo_kept as select e.chosen_id, e.rejected_id from exports.dpo e "
-                "semi join fw_dpo d on d.chosen_id = e.chosen_id and d.rejected_id = e.rejected_id "
+    con.execute(f"create or replace temp table fw_dpo_kept as select e.chosen_id, e.rejected_id from exports.dpo e "
+                f"semi join {DPO_PAIRS} d on d.chosen_id = e.chosen_id and d.rejected_id = e.rejected_id "
                 f"where e.prompt_group in (select key from fw_touched_groups) and e.chosen_id not in {touched} "
                 f"and e.rejected_id not in {touched}")
+    con.execute(f"delete from {DPO_PAIRS} d where exists (select 1 from fw_dpo_kept k "
+                "where k.chosen_id = d.chosen_id and k.rejected_id = d.rejected_id)")
 
 
 def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str, columns: tuple[str, ...] | None = None) -> None:

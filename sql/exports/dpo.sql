@@ -1,108 +1,11 @@
--- DPO preference pairs.
---
--- Groups: interactions whose final label (marts.interaction_labels) is positive or negative,
--- grouped by (normalised input_text, normalised context) (fw_norm: NFC, whitespace runs -> one
--- space, trimmed).
--- Responses: within a group and side, a response is a distinct output_text (byte-equal);
--- interactions repeating it byte for byte add nothing, so its earliest interaction (by
--- timestamp, then sha256(id)) represents it (its id, prompt and provenance are published).
--- Pairs: each positive response with each negative response of its group, except pairs whose
--- texts are byte-identical.
--- Cap ($max_pairs, FLYWHEEL_DPO_MAX_PAIRS; NULL = no cap), deterministic, independent of input
--- order and append-stable: per side the candidates are the first $max_pairs + 1 responses by
--- (timestamp, sha256(id)), which bounds the work on a hot prompt (a text equals at most one
--- response of the other side, so k candidates facing $max_pairs + 1 make >= k * $max_pairs valid
--- pairs: at least min($max_pairs, all valid pairs)); kept are the first $max_pairs pairs by
--- (pair_timestamp, sha256(chosen_id || ':' || rejected_id)). Time first: an answer newer than
--- its group's sorts after everything the group holds, so it only fills a group under the cap
--- and earlier days' files stay unchanged. Equal times fall back to the hashes; timestamp is
--- never NULL in staging.interactions (a required field), NULL would sort last.
+-- DPO preference pairs as published: the pairs of fw_dpo_pairs (sql/exports/dpo_pairs.sql,
+-- which says which pairs there are) with their texts.
 -- prompt = the chosen interaction's prompt messages (system context when not blank, user
 -- input, byte for byte); chosen / rejected = one assistant message each.
--- Retention as for sft (interactions, relative to $as_of).
--- pair_timestamp: the later of the two interactions' times (a pair exists from then on); the
--- published files are partitioned by its day, so a day's new pairs are a new file.
--- A group is (prompt_group, prompt_hash) from lineage.prompt_keys, which determines the
--- normalised prompt and context. $all: every group, else only groups in fw_touched_groups
--- (an incremental build deletes and re-inserts whole groups). fw_interactions:
--- staging.interactions (a temp view), or the rows an incremental build needs.
-with labelled as (
-    select
-        i.id,
-        i.input_text,
-        i.context,
-        i.output_text,
-        i.path,
-        i.line_number,
-        i."timestamp",
-        l.label,
-        k.prompt_group,
-        k.prompt_hash,
-        k.has_system,
-        k.id_hash
-    from fw_interactions as i
-    join marts.interaction_labels as l on l.interaction_id = i.id
-    join lineage.prompt_keys as k on k.id = i.id
-    where l.label in ('positive', 'negative')
-        and ($all or k.prompt_group in (select key from fw_touched_groups))
-        and ($interactions_retention_days is null
-            or i."timestamp" >= timezone('UTC', $as_of::date::timestamp
-                                         - to_days($interactions_retention_days::integer)))
-),
-
--- one representative per distinct response text and side, its earliest interaction (sha256 of
--- distinct ids differ, so (timestamp, id_hash) names one): a group by, not a window over every row
-representatives as (
-    select arg_min(id_hash, ("timestamp", id_hash)) as id_hash
-    from labelled
-    group by prompt_group, prompt_hash, label, encode(output_text)
-),
-
-responses as (
-    select *
-    from labelled
-    where id_hash in (select id_hash from representatives)
-),
-
-candidates as (
-    select *
-    from responses
-    qualify $max_pairs is null or row_number() over (
-        partition by prompt_group, prompt_hash, label
-        order by "timestamp" nulls last, id_hash, id
-    ) <= $max_pairs + 1
-),
-
-pairs as (
-    select
-        p.prompt_group,
-        p.prompt_hash,
-        p.id as chosen_id,
-        n.id as rejected_id,
-        sha256(p.id || ':' || n.id) as pair_hash,
-        greatest(p."timestamp", n."timestamp") as pair_timestamp
-    from candidates as p
-    join candidates as n
-        on p.prompt_group = n.prompt_group
-        and p.prompt_hash = n.prompt_hash
-    where p.label = 'positive'
-        and n.label = 'negative'
-        and encode(p.output_text) <> encode(n.output_text)
-),
-
--- the cap looks at ids and times only; the texts of the pairs kept are joined after (an id is
--- one interaction: one candidate)
-capped as (
-    select *
-    from pairs
-    qualify $max_pairs is null or row_number() over (
-        partition by prompt_group, prompt_hash
-        order by pair_timestamp nulls last, pair_hash, chosen_id, rejected_id
-    ) <= $max_pairs
-)
-
+-- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs
+-- (both members of each pair in fw_dpo_pairs).
 select
-    fw_prompt_messages(p.has_system, p.context, p.input_text) as prompt,
+    fw_prompt_messages(c.has_system, p.context, p.input_text) as prompt,
     fw_completion(p.output_text) as chosen,
     fw_completion(n.output_text) as rejected,
     c.chosen_id,
@@ -114,7 +17,7 @@ select
     n.path as rejected_path,
     n.line_number as rejected_line_number,
     c.pair_timestamp
-from capped as c
-join candidates as p on p.id = c.chosen_id
-join candidates as n on n.id = c.rejected_id
+from fw_dpo_pairs as c
+join fw_interactions as p on p.id = c.chosen_id
+join fw_interactions as n on n.id = c.rejected_id
 order by c.prompt_group, c.pair_timestamp, c.pair_hash, c.chosen_id, c.rejected_id

@@ -2,7 +2,7 @@
 -- them: the group already holds $max_pairs kept pairs, no touched interaction was in it before
 -- (fw_left_groups: the groups touched interactions were in), and every touched interaction now
 -- in it is strictly later than its latest kept pair.
--- Why (sql/exports/dpo.sql, append-stable cap): let T be the latest kept pair_timestamp. Only
+-- Why (sql/exports/dpo_pairs.sql, append-stable cap): let T be the latest kept pair_timestamp. Only
 -- responses are added; each new one x has timestamp > T, so it sorts after every response at or
 -- before T, whose ranks (and so candidacy) are unchanged. x can only displace responses sorting
 -- after it - a candidate pushed past $max_pairs + 1, or the representative of x's text - and

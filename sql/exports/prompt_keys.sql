@@ -6,12 +6,18 @@
 --                 (prompt_group, prompt_hash) determines (norm prompt, norm context)
 --   has_system    fw_norm(context) <> '': the prompt starts with a system message
 --   id_hash       sha256(id): DPO's order among equal times
+--   label         the final label (positive or negative), timestamp the interaction's, and
+--   output_hash   sha256(output_text): with them DPO pairs a group's members (sql/exports/
+--                 dpo_pairs.sql) without reading their texts; equal hashes are equal bytes
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 -- $all: every labelled interaction, else only those in fw_touched_interactions.
 with labelled as materialized (
     select
         i.id,
         i.session_id,
+        i."timestamp",
+        l.label,
+        sha256(i.output_text) as output_hash,
         fw_norm(i.input_text) as norm_prompt,
         fw_norm(i.context) as norm_context
     from fw_interactions as i
@@ -32,6 +38,9 @@ select
     sha256(l.norm_prompt || chr(0) || l.norm_context) as prompt_group,
     l.norm_context <> '' as has_system,
     sha256(l.id) as id_hash,
+    l.label,
+    l."timestamp",
+    l.output_hash,
     s.session_pseudonym
 from labelled as l
 left join sessions as s on s.session_id = l.session_id

@@ -12,7 +12,9 @@ import pytest
 
 from conftest import PROJECT, dumps, interaction, write_lines
 from dagster_project.definitions import load_definitions
+from dagster_project.engine.discovery import listing
 from dagster_project.resources import FlywheelResource
+from dagster_project.sources import load_sources
 
 
 @pytest.fixture
@@ -125,23 +127,52 @@ def test_full_refresh_config_rebuilds_without_double_counting(lake):
     con.close()
 
 
-def test_sensor_requests_runs_only_when_files_appear_or_grow(lake):
-    defs = load_definitions()
-    sensor = defs.resolve_sensor_def("flywheel_new_files")
+def _tick(cursor, resources):
+    sensor = load_definitions().resolve_sensor_def("flywheel_new_files")
+    with dg.build_sensor_context(cursor=cursor, resources=resources) as context:
+        return sensor.evaluate_tick(context)
+
+
+def test_sensor_requests_runs_only_when_files_appear_grow_or_vanish(lake):
     resources = {"flywheel": resource_for(lake)}
-    with dg.build_sensor_context(resources=resources) as context:
-        first = sensor.evaluate_tick(context)
-        assert len(first.run_requests) == 1
+    first = _tick(None, resources)
+    assert len(first.run_requests) == 1
+    assert first.run_requests[0].tags["flywheel/changed_sources"] == "feedback,interactions"
     cursor = first.cursor
-    assert json.loads(cursor)["interactions:interactions/interactions_2026-02-26_5b0c2f7e.jsonl"][0] > 0
-    with dg.build_sensor_context(cursor=cursor, resources=resources) as context:
-        again = sensor.evaluate_tick(context)
-        assert again.run_requests == [] and again.skip_message.startswith("no new or grown files")
-    with (lake.raw_dir / "feedback" / "2026-02-26_feedback.jsonl").open("a") as fh:
+    assert json.loads(cursor)["interactions"]["files"] == 1 and json.loads(cursor)["outcomes"]["files"] == 0
+    again = _tick(cursor, resources)
+    assert again.run_requests == [] and again.skip_message == "no new or changed files among 2"
+    feedback = lake.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
+    with feedback.open("a") as fh:
         fh.write(dumps({"record_id": "z", "feedback": "negative", "timestamp": "2026-02-26T16:00:00"}) + "\n")
-    with dg.build_sensor_context(cursor=cursor, resources=resources) as context:
-        grown = sensor.evaluate_tick(context)
-        assert len(grown.run_requests) == 1
+    grown = _tick(cursor, resources)
+    assert [r.tags["flywheel/changed_sources"] for r in grown.run_requests] == ["feedback"]
+    assert grown.run_requests[0].run_key != first.run_requests[0].run_key
+    feedback.unlink()
+    gone = _tick(grown.cursor, resources)
+    assert [r.tags["flywheel/changed_sources"] for r in gone.run_requests] == ["feedback"]
+    assert _tick(gone.cursor, resources).run_requests == []
+
+
+def test_sensor_cursor_stays_small_and_an_earlier_sensors_cursor_starts_no_run(lake):
+    """The cursor is a digest per source, whatever the number of files; the cursor the earlier
+    sensor kept (every file's size and mtime) stands for the same lake, so upgrading starts no run."""
+    for day in range(1, 29):
+        write_lines(lake.raw_dir / "interactions" / f"interactions_2026-02-{day:02d}_0000aaaa.jsonl",
+                    [dumps(interaction(f"d{day}-{i}")) for i in range(3)])
+    resources = {"flywheel": resource_for(lake)}
+    cursor = _tick(None, resources).cursor
+    assert json.loads(cursor)["interactions"]["files"] == 29 and len(cursor) < 2000
+    earlier = {}
+    for spec in load_sources(None).values():
+        for path, real in listing(spec, lake.raw_dir):
+            stat = os.stat(real)
+            earlier[f"{spec.name}:{path}"] = [stat.st_size, stat.st_mtime_ns]
+    assert len(earlier) == 30
+    assert _tick(json.dumps(earlier, sort_keys=True), resources).run_requests == []
+    earlier[next(iter(earlier))][0] += 1  # one file's size differs: its source changed
+    changed = _tick(json.dumps(earlier, sort_keys=True), resources)
+    assert [r.tags["flywheel/changed_sources"] for r in changed.run_requests] == [next(iter(earlier)).split(":")[0]]
 
 
 @pytest.mark.slow

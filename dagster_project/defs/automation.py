@@ -3,10 +3,11 @@
 
 import hashlib
 import json
+import os
 
 import dagster as dg
 
-from dagster_project.engine import discover
+from dagster_project.engine.discovery import listing
 from dagster_project.executor import threaded_executor
 from dagster_project.history import prune_runs
 from dagster_project.resources import FlywheelResource
@@ -33,33 +34,74 @@ daily_schedule = dg.ScheduleDefinition(
 )
 
 
-def lake_fingerprint(settings: Settings) -> dict[str, list[int]]:
-    """Size and mtime of every file any source claims, by path."""
-    state: dict[str, list[int]] = {}
+def lake_fingerprint(settings: Settings) -> dict[str, dict]:
+    """Per source: how many files it claims and a sha256 of each one's path, size and mtime, in
+    path order. A file that appears, grows, is rewritten or vanishes changes its source's digest.
+
+    The sensor keeps this as its cursor: a few hundred bytes however many files the lake holds
+    (it kept every file's size and mtime: ~5 MB at 60,000 files, read and written each minute)."""
+    fingerprint = {}
     for spec in load_sources(settings.sources_file).values():
-        for path, real in discover(spec, settings.raw_dir):
-            stat = real.stat()
-            state[f"{spec.name}:{path}"] = [stat.st_size, stat.st_mtime_ns]
-    return state
+        digest, files = hashlib.sha256(), 0
+        for path, real in listing(spec, settings.raw_dir):
+            try:
+                stat = os.stat(real)
+            except OSError:  # gone since it was listed: as if it had not been there
+                continue
+            digest.update(_file_line(path, stat.st_size, stat.st_mtime_ns))
+            files += 1
+        fingerprint[spec.name] = {"files": files, "digest": digest.hexdigest()}
+    return fingerprint
+
+
+_NO_FILES = {"files": 0, "digest": hashlib.sha256().hexdigest()}  # a source not seen before
+
+
+def _file_line(path: str, size: int, mtime_ns: int) -> bytes:
+    return f"{path}\0{size}\0{mtime_ns}\n".encode()
+
+
+def _previous(cursor: str | None) -> dict[str, dict]:
+    """The fingerprint a cursor holds. A cursor of the earlier sensor (every file's
+    ``"source:path": [size, mtime]``) is digested the same way, so upgrading starts no run."""
+    if not cursor:
+        return {}
+    stored = json.loads(cursor)
+    if all(isinstance(v, dict) for v in stored.values()):
+        return stored
+    by_source: dict[str, list[tuple[str, int, int]]] = {}
+    for key, (size, mtime_ns) in stored.items():
+        source, _, path = key.partition(":")
+        by_source.setdefault(source, []).append((path, size, mtime_ns))
+    previous = {}
+    for source, files in by_source.items():
+        digest = hashlib.sha256()
+        for path, size, mtime_ns in sorted(files):
+            digest.update(_file_line(path, size, mtime_ns))
+        previous[source] = {"files": len(files), "digest": digest.hexdigest()}
+    return previous
 
 
 @dg.sensor(
     name="flywheel_new_files",
     job=flywheel_job,
     minimum_interval_seconds=60,
-    description="Requests a run when a raw file appears or grows. The cursor holds each file's "
-    "size and mtime, so an unchanged lake never triggers a run.",
+    description="Requests a run when a raw file appears, grows, changes or vanishes. The cursor "
+    "holds a digest of each source's files (path, size, mtime), so an unchanged lake never "
+    "triggers a run.",
     default_status=dg.DefaultSensorStatus.STOPPED,
 )
 def new_files_sensor(context: dg.SensorEvaluationContext, flywheel: FlywheelResource):
     current = lake_fingerprint(flywheel.settings())
-    previous = json.loads(context.cursor) if context.cursor else {}
-    changed = sorted(p for p, v in current.items() if previous.get(p) != v)
+    previous = _previous(context.cursor)
+    changed = sorted(name for name, now in current.items() if previous.get(name, _NO_FILES) != now)
     if not changed:
-        return dg.SkipReason(f"no new or grown files among {len(current)}")
-    context.update_cursor(json.dumps(current, sort_keys=True))
-    run_key = hashlib.sha256(json.dumps(current, sort_keys=True).encode()).hexdigest()[:16]
-    return dg.RunRequest(run_key=run_key, tags={"flywheel/changed_files": str(len(changed))})
+        files = sum(source["files"] for source in current.values())
+        return dg.SkipReason(f"no new or changed files among {files:,}")
+    cursor = json.dumps(current, sort_keys=True)
+    context.update_cursor(cursor)
+    return dg.RunRequest(run_key=hashlib.sha256(cursor.encode()).hexdigest()[:16],
+                         tags={"flywheel/changed_sources": ",".join(changed)})
 
 
 @dg.run_failure_sensor(

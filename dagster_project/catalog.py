@@ -474,8 +474,8 @@ TABLES.update({
     "lineage.label_builds": "One row per labels build (the newest 64): whole or incremental, and a checksum "
                             "of the staging rows it read.",
     "lineage.label_changes": "The interactions each incremental labels build re-decided: the training sets' delta.",
-    "lineage.prompt_keys": "Per labelled (positive/negative) interaction: prompt hashes, DPO group and "
-                           "pseudonym, computed once per interaction version.",
+    "lineage.prompt_keys": "Per labelled (positive/negative) interaction: prompt hashes, DPO group, "
+                           "label, time, answer hash and pseudonym, computed once per interaction version.",
     "lineage.training_weighted_inputs": "What the last training build read of staging.weighted_examples: "
                                         "a hash of each row.",
 })

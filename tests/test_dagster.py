@@ -139,7 +139,8 @@ def test_sensor_requests_runs_only_when_files_appear_grow_or_vanish(lake):
     assert len(first.run_requests) == 1
     assert first.run_requests[0].tags["flywheel/changed_sources"] == "feedback,interactions"
     cursor = first.cursor
-    assert json.loads(cursor)["interactions"]["files"] == 1 and json.loads(cursor)["outcomes"]["files"] == 0
+    sources = json.loads(cursor)["sources"]
+    assert sources["interactions"]["files"] == 1 and sources["outcomes"]["files"] == 0
     again = _tick(cursor, resources)
     assert again.run_requests == [] and again.skip_message == "no new or changed files among 2"
     feedback = lake.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
@@ -152,6 +153,14 @@ def test_sensor_requests_runs_only_when_files_appear_grow_or_vanish(lake):
     gone = _tick(grown.cursor, resources)
     assert [r.tags["flywheel/changed_sources"] for r in gone.run_requests] == ["feedback"]
     assert _tick(gone.cursor, resources).run_requests == []
+    # the file back as it was: the lake is in an earlier state again, and that is a new request
+    # (Dagster launches one run per run key)
+    write_lines(feedback, [dumps({"record_id": "z", "feedback": "negative"})])
+    back = _tick(gone.cursor, resources)
+    feedback.unlink()
+    again = _tick(back.cursor, resources)
+    keys = [t.run_requests[0].run_key for t in (first, grown, gone, back, again)]
+    assert len(set(keys)) == 5 and json.loads(again.cursor)["sources"] == json.loads(gone.cursor)["sources"]
 
 
 def test_sensor_cursor_stays_small_and_an_earlier_sensors_cursor_starts_no_run(lake):
@@ -162,14 +171,15 @@ def test_sensor_cursor_stays_small_and_an_earlier_sensors_cursor_starts_no_run(l
                     [dumps(interaction(f"d{day}-{i}")) for i in range(3)])
     resources = {"flywheel": resource_for(lake)}
     cursor = _tick(None, resources).cursor
-    assert json.loads(cursor)["interactions"]["files"] == 29 and len(cursor) < 2000
+    assert json.loads(cursor)["sources"]["interactions"]["files"] == 29 and len(cursor) < 2000
     earlier = {}
     for spec in load_sources(None).values():
         for path, real in listing(spec, lake.raw_dir):
             stat = os.stat(real)
             earlier[f"{spec.name}:{path}"] = [stat.st_size, stat.st_mtime_ns]
     assert len(earlier) == 30
-    assert _tick(json.dumps(earlier, sort_keys=True), resources).run_requests == []
+    # in no particular order: the earlier sensor's JSON kept it sorted, a cursor need not be
+    assert _tick(json.dumps(dict(reversed(list(earlier.items())))), resources).run_requests == []
     earlier[next(iter(earlier))][0] += 1  # one file's size differs: its source changed
     changed = _tick(json.dumps(earlier, sort_keys=True), resources)
     assert [r.tags["flywheel/changed_sources"] for r in changed.run_requests] == [next(iter(earlier)).split(":")[0]]

@@ -21,7 +21,7 @@ from transforms.training import build_training_sets
 
 KEY = b"test-key"
 AS_OF = date(2026, 3, 1)
-TABLES = ["marts.interaction_labels", "marts.orphan_feedback",
+TABLES = ["marts.interaction_labels", "marts.orphan_feedback", "lineage.prompt_keys",
           "exports.sft", "exports.kto", "exports.dpo", "exports.weighted"]
 RAW = ["interactions", "feedback", "weighted_queue", "weighted_ratings"]
 
@@ -110,10 +110,12 @@ def assert_equals_whole_build(lake: Lake, **kw) -> None:
 
 @pytest.mark.slow
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(history=st.lists(step, min_size=1, max_size=4), max_pairs=st.sampled_from([1, 2, None]))
-def test_incremental_builds_equal_one_whole_build(history, max_pairs):
+@given(history=st.lists(step, min_size=1, max_size=4), max_pairs=st.sampled_from([1, 2, None]),
+       retention=st.sampled_from([None, 30, 2]))  # interactions kept: all, all (a window), none
+def test_incremental_builds_equal_one_whole_build(history, max_pairs, retention):
     lake = Lake()
-    kw = {"dpo_max_pairs": max_pairs, "eval_fraction": 0.5}
+    kw = {"dpo_max_pairs": max_pairs, "eval_fraction": 0.5,
+          "retention_days": None if retention is None else {"interactions": retention}}
     run_history(lake, [SEED, *history], **kw)
     assert_equals_whole_build(lake, **kw)
 

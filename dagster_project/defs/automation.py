@@ -61,14 +61,15 @@ def _file_line(path: str, size: int, mtime_ns: int) -> bytes:
     return f"{path}\0{size}\0{mtime_ns}\n".encode()
 
 
-def _previous(cursor: str | None) -> dict[str, dict]:
-    """The fingerprint a cursor holds. A cursor of the earlier sensor (every file's
-    ``"source:path": [size, mtime]``) is digested the same way, so upgrading starts no run."""
+def _previous(cursor: str | None) -> tuple[dict[str, dict], int]:
+    """The fingerprint a cursor holds and how many runs the sensor requested. A cursor of the
+    earlier sensor (every file's ``"source:path": [size, mtime]``) is digested the same way, so
+    upgrading starts no run while the lake still holds the files it lists."""
     if not cursor:
-        return {}
+        return {}, 0
     stored = json.loads(cursor)
-    if all(isinstance(v, dict) for v in stored.values()):
-        return stored
+    if "sources" in stored and isinstance(stored["sources"], dict):
+        return stored["sources"], int(stored.get("requests", 0))
     by_source: dict[str, list[tuple[str, int, int]]] = {}
     for key, (size, mtime_ns) in stored.items():
         source, _, path = key.partition(":")
@@ -79,7 +80,7 @@ def _previous(cursor: str | None) -> dict[str, dict]:
         for path, size, mtime_ns in sorted(files):
             digest.update(_file_line(path, size, mtime_ns))
         previous[source] = {"files": len(files), "digest": digest.hexdigest()}
-    return previous
+    return previous, 0
 
 
 @dg.sensor(
@@ -93,14 +94,17 @@ def _previous(cursor: str | None) -> dict[str, dict]:
 )
 def new_files_sensor(context: dg.SensorEvaluationContext, flywheel: FlywheelResource):
     current = lake_fingerprint(flywheel.settings())
-    previous = _previous(context.cursor)
+    previous, requests = _previous(context.cursor)
     changed = sorted(name for name, now in current.items() if previous.get(name, _NO_FILES) != now)
     if not changed:
         files = sum(source["files"] for source in current.values())
         return dg.SkipReason(f"no new or changed files among {files:,}")
-    cursor = json.dumps(current, sort_keys=True)
+    # The request's number is part of its run key: a lake back in an earlier state (a file that
+    # appeared, then vanished) is a new request, which a key of the state alone would repeat and
+    # Dagster would drop; a tick evaluated again still repeats its own key.
+    cursor = json.dumps({"requests": requests + 1, "sources": current}, sort_keys=True)
     context.update_cursor(cursor)
-    return dg.RunRequest(run_key=hashlib.sha256(cursor.encode()).hexdigest()[:16],
+    return dg.RunRequest(run_key=f"{requests + 1}-{hashlib.sha256(cursor.encode()).hexdigest()[:16]}",
                          tags={"flywheel/changed_sources": ",".join(changed)})
 
 

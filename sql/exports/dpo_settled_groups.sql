@@ -10,8 +10,8 @@
 -- pair_timestamp >= that response's timestamp > T. So the kept pairs (all at or before T, the
 -- chosen and rejected rows unchanged) are all still pairs, every other pair sorts strictly after
 -- them, and the first $max_pairs are the same rows.
--- fw_interactions: the touched interactions' staging rows (before their groups' other members
--- are added); lineage.prompt_keys: already holds the touched interactions' new keys.
+-- fw_interactions: the touched interactions' staging rows (no other member is read before
+-- this); lineage.prompt_keys: already holds the touched interactions' new keys.
 with joined as (
     select k.prompt_group, i."timestamp"
     from lineage.prompt_keys as k

@@ -42,23 +42,27 @@ def lake_fingerprint(settings: Settings) -> dict[str, dict]:
     (it kept every file's size and mtime: ~5 MB at 60,000 files, read and written each minute)."""
     fingerprint = {}
     for spec in load_sources(settings.sources_file).values():
-        digest, files = hashlib.sha256(), 0
-        for path, real in listing(spec, settings.raw_dir):
+        files = []
+        for path, real in listing(spec, settings.raw_dir):  # in path order
             try:
                 stat = os.stat(real)
             except OSError:  # gone since it was listed: as if it had not been there
                 continue
-            digest.update(_file_line(path, stat.st_size, stat.st_mtime_ns))
-            files += 1
-        fingerprint[spec.name] = {"files": files, "digest": digest.hexdigest()}
+            files.append((path, stat.st_size, stat.st_mtime_ns))
+        fingerprint[spec.name] = _digest(files)
     return fingerprint
 
 
-_NO_FILES = {"files": 0, "digest": hashlib.sha256().hexdigest()}  # a source not seen before
+def _digest(files: list[tuple[str, int, int]]) -> dict:
+    """A source's entry: its number of files and a sha256 of their (path, size, mtime), which
+    ``files`` lists in path order."""
+    digest = hashlib.sha256()
+    for path, size, mtime_ns in files:
+        digest.update(f"{path}\0{size}\0{mtime_ns}\n".encode())
+    return {"files": len(files), "digest": digest.hexdigest()}
 
 
-def _file_line(path: str, size: int, mtime_ns: int) -> bytes:
-    return f"{path}\0{size}\0{mtime_ns}\n".encode()
+_NO_FILES = _digest([])  # a source not seen before
 
 
 def _previous(cursor: str | None) -> tuple[dict[str, dict], int]:
@@ -74,13 +78,7 @@ def _previous(cursor: str | None) -> tuple[dict[str, dict], int]:
     for key, (size, mtime_ns) in stored.items():
         source, _, path = key.partition(":")
         by_source.setdefault(source, []).append((path, size, mtime_ns))
-    previous = {}
-    for source, files in by_source.items():
-        digest = hashlib.sha256()
-        for path, size, mtime_ns in sorted(files):
-            digest.update(_file_line(path, size, mtime_ns))
-        previous[source] = {"files": len(files), "digest": digest.hexdigest()}
-    return previous, 0
+    return {source: _digest(sorted(files)) for source, files in by_source.items()}, 0
 
 
 @dg.sensor(

@@ -19,7 +19,8 @@ Validating a changed table costs what is new:
   (:func:`_per_group`, ``lineage.validation_group_keys``). When the caller names the rows added
   since the last clean validation (``row_scope``) and that validation found a uniqueness or
   split-leakage check clean (``lineage.validation_clean_checks``), only the keys of those rows
-  are looked up (:func:`_scoped_table_level`). Schema checks read the DuckDB catalog.
+  are looked up (:func:`_scoped_table_level`); split leakage first compares their splits with
+  each group's stored ones (``lineage.validation_group_values``). Schema checks read the DuckDB catalog.
 * Sample offending rows (≤ 5, with the table's key and provenance columns) are fetched from DuckDB
   for failed checks only, so GX never materialises unexpected-index lists.
 
@@ -248,8 +249,10 @@ def validate_table(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, n
         elif check.row_level:
             row_checks.append((i, check))
         elif check.kind in TABLE_SQL_KINDS:
-            results[i] = (since and _scoped_table_level(con, table, quoted, check, columns, rows, now, row_scope, since)
-                          or _table_level(con, quoted, check, rows, now, keys_of=table if incremental else None))
+            results[i] = (since and _scoped_table_level(con, table, quoted, check, columns, rows, now, row_scope, since,
+                                                        run_id)
+                          or _table_level(con, quoted, check, rows, now, keys_of=table if incremental else None,
+                                          run_id=run_id))
             table_checks.append((check, results[i]))
         else:
             whole_checks.append((i, check))
@@ -477,6 +480,8 @@ def forget_baselines(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"drop table if exists {VALIDATED_ROWS}")
     con.execute(f"drop table if exists {BASELINES}")
     con.execute(f"drop table if exists {GROUP_KEYS}")
+    con.execute(f"drop table if exists {GROUP_VALUES}")
+    con.execute(f"drop table if exists {GROUP_VALUES_RUNS}")
     con.execute(f"drop table if exists {CLEAN_CHECKS}")
 
 
@@ -501,6 +506,8 @@ def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
     _ensure_baselines(con)
     ensure_table(con, CLEAN_CHECKS, CLEAN_CHECKS_COLUMNS)
     ensure_table(con, GROUP_KEYS, GROUP_KEYS_COLUMNS)
+    ensure_table(con, GROUP_VALUES, GROUP_VALUES_COLUMNS)
+    ensure_table(con, GROUP_VALUES_RUNS, GROUP_VALUES_RUNS_COLUMNS)
     ensure_validations_table(con)
     ensure_excluded_table(con)
 
@@ -576,7 +583,7 @@ TABLE_SQL_KINDS = {"unique", "compound_unique", "row_count", "mean_between", "be
 
 
 def _table_level(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, rows: int, now: datetime,
-                 keys_of: str | None = None) -> CheckResult:
+                 keys_of: str | None = None, run_id: str | None = None) -> CheckResult:
     """Uniqueness, compound uniqueness, row count, mean and window-derived columns, as GX reports them.
 
     GX (pandas) semantics: ``unique`` counts every non-null row whose value occurs twice or more
@@ -612,7 +619,8 @@ def _table_level(con: duckdb.DuckDBPyConnection, quoted: str, check: Check, rows
                 f"select coalesce(sum(n), 0)::bigint, coalesce(sum(n) filter (where n > 1), 0)::bigint from "
                 f"(select count(*) as n from (select {value} as __v from {quoted}) where __v is not null "
                 f"group by __v)").fetchone()
-        elif check.per_group and keys_of and (counted := _per_group(con, quoted, keys_of, check, rows, now)):
+        elif check.per_group and keys_of and (counted := _per_group(con, quoted, keys_of, check, rows, now,
+                                                                    run_id=run_id)):
             nonnull, unexpected = counted
         else:  # a row-wise kind over a derived column that looks at other rows (window)
             predicate, _ = _offending(check, now)
@@ -670,7 +678,7 @@ def _note_clean(con: duckdb.DuckDBPyConnection, table: str, results: list[tuple[
 
 def _scoped_table_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str, check: Check,
                         columns: dict[str, str], rows: int, now: datetime, scope: str,
-                        since: str) -> CheckResult | None:
+                        since: str, run_id: str | None = None) -> CheckResult | None:
     """A uniqueness (or bounded per-group) check over the keys of the rows in ``scope`` only, when
     the validation of run ``since`` found it clean (None: the whole-table query decides).
 
@@ -703,7 +711,7 @@ def _scoped_table_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str,
                 f"on {same} group by {', '.join('t.' + _q(c) for c in check.columns)} having count(*) > 1))"
             ).fetchone()
         else:
-            counted = _per_group(con, quoted, table, check, rows, now, scope=scope)
+            counted = _per_group(con, quoted, table, check, rows, now, scope=scope, since=since, run_id=run_id)
             if counted is None:
                 return None
             nonnull, unexpected = counted
@@ -714,10 +722,18 @@ def _scoped_table_level(con: duckdb.DuckDBPyConnection, table: str, quoted: str,
 
 
 GROUP_KEYS = "lineage.validation_group_keys"
+# Per table and group expression: each group's distinct counted values (as text), and the run
+# whose validation left them holding every value of every row then in the table.
+GROUP_VALUES = "lineage.validation_group_values"
+GROUP_VALUES_COLUMNS = ("table_name varchar not null, group_expr varchar not null, group_hash ubigint not null, "
+                        "value varchar not null")
+GROUP_VALUES_RUNS = "lineage.validation_group_value_runs"
+GROUP_VALUES_RUNS_COLUMNS = "table_name varchar not null, group_expr varchar not null, run_id varchar not null"
 
 
 def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: Check, rows: int,
-               now: datetime, scope: str | None = None) -> tuple[int, int] | None:
+               now: datetime, scope: str | None = None, since: str | None = None,
+               run_id: str | None = None) -> tuple[int, int] | None:
     """A ``per_group`` check's (non-null, unexpected) counts, each content's group key computed once.
 
     Split leakage groups rows by their normalised last user turn: NFC and a whitespace regex over
@@ -734,46 +750,104 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
     that key instead of being normalised again. ``None`` (the plain window query decides) if a row finds no key.
 
     ``scope`` (:func:`_scoped_table_level`: rows outside it were in the table when the check was
-    clean): only the contents in scope are normalised and only the groups they fall in are
-    counted; every other row of the table had its key stored by that validation or an earlier one.
+    clean, at the validation of run ``since``): only the contents in scope are normalised and
+    only the groups they fall in are counted; every other row of the table had its key stored by
+    that validation or an earlier one. Counting those groups still hashes the content of every
+    row of the table (~70 ms a run for kto, sft and dpo on the 1M lake, growing with it), so a
+    scoped validation first asks ``lineage.validation_group_values``: each group's values as
+    that validation left them, a superset of the values its rows outside the scope hold (a
+    deleted row may leave a value behind, never take one away). When the scope's values added
+    to them leave every group within the bound, so does the table (the bound is an upper one:
+    :func:`_scoped`). Otherwise, or when the values were not complete at ``since``, the groups
+    are counted exactly as above, and their values are replaced by the exact ones.
     """
     group_by, needs, counted = check.per_group
     key = hashlib.sha256(json.dumps([BASELINE_SCHEME, duckdb.__version__, group_by, needs]).encode()).hexdigest()[:32]
     content = f"hash({', '.join(_q(c) for c in needs)})"
     ensure_table(con, GROUP_KEYS, GROUP_KEYS_COLUMNS)
+    ensure_table(con, GROUP_VALUES, GROUP_VALUES_COLUMNS)
+    ensure_table(con, GROUP_VALUES_RUNS, GROUP_VALUES_RUNS_COLUMNS)
+    # the values are the counted column's: their own key (the group expression's and the column)
+    names = {"table": table, "key": key, "vkey": hashlib.sha256(f"{key}|{counted}".encode()).hexdigest()[:32]}
+
+    def run(sql: str) -> duckdb.DuckDBPyConnection:  # each statement binds the names it uses
+        return con.execute(sql, {k: v for k, v in names.items() if f"${k}" in sql})
+
     stored = f"(select content_hash, group_hash from {GROUP_KEYS} where table_name = $table and group_expr = $key)"
     # A content another table stored a key for under the same expression takes that key (a pure
-    # function of the content): sft, kto and dpo share most prompts, so each is normalised once.
-    con.execute(f"insert into {GROUP_KEYS} select distinct $table, $key, b.__h, coalesce(o.group_hash, "
-                f"hash({group_by})) from (select {content} as __h, * from {quoted} base"
-                f"{f' where {scope}' if scope else ''}) b anti join {stored} k on b.__h = k.content_hash "
-                f"left join (select content_hash, any_value(group_hash) as group_hash from {GROUP_KEYS} "
-                "where group_expr = $key and table_name <> $table group by content_hash) o on o.content_hash = b.__h",
-                {"table": table, "key": key})
+    # function of the content): sft, kto and dpo share most prompts, so each is normalised once
+    # (only the contents in scope are looked up there: it holds every table's keys).
+    theirs = f" and content_hash in (select {content} from {quoted} base where {scope})" if scope else ""
+    run(f"insert into {GROUP_KEYS} select distinct $table, $key, b.__h, coalesce(o.group_hash, hash({group_by})) "
+        f"from (select {content} as __h, * from {quoted} base{f' where {scope}' if scope else ''}) b "
+        f"anti join {stored} k on b.__h = k.content_hash left join (select content_hash, any_value(group_hash) "
+        f"as group_hash from {GROUP_KEYS} where group_expr = $key and table_name <> $table{theirs} "
+        "group by content_hash) o on o.content_hash = b.__h")
     predicate, _ = _offending(check, now)
-    if scope:
-        unexpected = con.execute(
-            f"with g as (select distinct k.group_hash from (select {content} as __h from {quoted} base where {scope}) b "
-            f"join {stored} k on b.__h = k.content_hash), "
-            f"c as (select content_hash, group_hash from {stored} semi join g using (group_hash)) "
-            f"select coalesce(sum(n) filter (where {predicate}), 0)::bigint from ("
-            f"select count(*) as n, count(distinct b.__c) as __v from (select {content} as __h, {_q(counted)} as __c "
-            f"from {quoted}) b join c on b.__h = c.content_hash group by c.group_hash)",
-            {"table": table, "key": key}).fetchone()[0]
+    # (group, counted value) pairs and their rows, of the rows b selects whose keys ``keys`` holds
+    per_value = "select group_hash, __c, count(*) as n from b join {keys} k on b.__h = k.content_hash group by all"
+    per_group = "select sum(n) as n, count(__c) as __v from _fw_groups group by group_hash"  # count(__c): distinct
+    values = f"from {GROUP_VALUES} where table_name = $table and group_expr = $vkey"
+    held = run(f"select run_id from {GROUP_VALUES_RUNS} where table_name = $table and group_expr = $vkey").fetchone()
+    # values not known to be complete at ``since`` (e.g. a state from before they were kept): the
+    # whole table is counted below, which records them
+    if scope and since is not None and held is not None and held[0] == since:
+        run(f"create or replace temp table _fw_scope_groups as with b as (select {content} as __h, "
+            f"{_q(counted)} as __c from {quoted} base where {scope}) " + per_value.format(keys=stored))
+        # per group the scope touches: its values in the scope and those stored
+        offending = run(
+            f"select count(*) from (select count(distinct __c) as __v from (select group_hash, __c::varchar as __c "
+            f"from _fw_scope_groups union all select group_hash, value {values} and group_hash in "
+            f"(select group_hash from _fw_scope_groups)) group by group_hash) where {predicate}").fetchone()[0]
+        if not offending:
+            run(f"insert into {GROUP_VALUES} select distinct $table, $vkey, group_hash, __c::varchar "
+                f"from _fw_scope_groups s where __c is not null and not exists (select 1 {values} "
+                "and group_hash = s.group_hash and value = s.__c::varchar)")
+            _values_hold(con, names, run_id)
+            con.execute("drop table _fw_scope_groups")
+            return rows, 0
+        # the groups the scope touches, counted over every row of the table
+        run(f"create or replace temp table _fw_groups as with b as (select {content} as __h, {_q(counted)} "
+            f"as __c from {quoted}) " + per_value.format(
+                keys=f"(select * from {stored} semi join _fw_scope_groups using (group_hash))"))
+        con.execute("drop table _fw_scope_groups")
+        unexpected = con.execute(f"select coalesce(sum(n) filter (where {predicate}), 0)::bigint "
+                                 f"from ({per_group})").fetchone()[0]
+        # the groups counted get their exact values; the others' still hold
+        run(f"delete {values} and group_hash in (select group_hash from _fw_groups)")
+        run(f"insert into {GROUP_VALUES} select $table, $vkey, group_hash, __c::varchar from _fw_groups "
+            "where __c is not null")
+        _values_hold(con, names, run_id)
+        con.execute("drop table _fw_groups")
         return rows, int(unexpected)
+    run(f"create or replace temp table _fw_groups as with b as (select {content} as __h, {_q(counted)} "
+        f"as __c from {quoted}) " + per_value.format(keys=stored))
     total, unexpected = con.execute(
-        f"select coalesce(sum(n), 0)::bigint, coalesce(sum(n) filter (where {predicate}), 0)::bigint from ("
-        f"select count(*) as n, count(distinct b.__c) as __v from (select {content} as __h, {_q(counted)} as __c "
-        f"from {quoted}) b join {stored} k on b.__h = k.content_hash group by k.group_hash)",
-        {"table": table, "key": key}).fetchone()
+        f"select coalesce(sum(n), 0)::bigint, coalesce(sum(n) filter (where {predicate}), 0)::bigint "
+        f"from ({per_group})").fetchone()
     if int(total) != rows:
+        con.execute("drop table _fw_groups")
         return None
-    kept = int(con.execute(f"select count(*) from {GROUP_KEYS} where table_name = $table and group_expr = $key",
-                           {"table": table, "key": key}).fetchone()[0])
+    # every group's values, from every row: what a later scoped validation starts from
+    run(f"delete {values}")
+    run(f"insert into {GROUP_VALUES} select $table, $vkey, group_hash, __c::varchar from _fw_groups "
+        "where __c is not null")
+    con.execute("drop table _fw_groups")
+    _values_hold(con, names, run_id)
+    kept = int(run(f"select count(*) from {GROUP_KEYS} where table_name = $table and group_expr = $key").fetchone()[0])
     if kept > 2 * rows + 1000:  # contents since replaced: keep what the table holds now
-        con.execute(f"delete from {GROUP_KEYS} where table_name = $table and (group_expr <> $key or content_hash "
-                    f"not in (select {content} from {quoted}))", {"table": table, "key": key})
+        run(f"delete from {GROUP_KEYS} where table_name = $table and (group_expr <> $key or content_hash "
+            f"not in (select {content} from {quoted}))")
     return int(total), int(unexpected)
+
+
+def _values_hold(con: duckdb.DuckDBPyConnection, names: dict, run_id: str | None) -> None:
+    """Record that ``lineage.validation_group_values`` holds (at least) every value of the
+    table's rows as the validation of ``run_id`` saw them; no run (a validation outside one):
+    recorded as not holding."""
+    con.execute(f"delete from {GROUP_VALUES_RUNS} where table_name = ? and group_expr = ?", [names["table"], names["vkey"]])
+    if run_id is not None:
+        con.execute(f"insert into {GROUP_VALUES_RUNS} values (?, ?, ?)", [names["table"], names["vkey"], run_id])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -295,6 +295,58 @@ def test_group_keys_of_replaced_contents_are_pruned_and_forgotten_with_the_basel
                        ).fetchone() == (0,)
 
 
+
+def test_a_scoped_split_leak_check_uses_the_stored_values_as_a_screen_and_never_as_the_verdict():
+    """A scoped validation of a per-group bound first compares the new rows' values with the ones
+    stored per group (lineage.validation_group_values, complete as of the last clean validation):
+    a leak between an old row and a new one is caught there; a stored value the table no longer
+    holds (its rows deleted, or a wrong one) only sends the touched groups to the exact count,
+    which replaces their values; without a record that the values were complete, the whole
+    table is counted. Each verdict is the full validation's."""
+    con = duckdb.connect()
+    con.execute(f"create table t ({COLUMNS})")
+    # (a row-level check on a column new rows differ in: each validation leaves the row baseline
+    # a scope follows)
+    check = [not_null("k"),
+             distinct_per_group("one s per lower(b)", "s_per_b", "s", "lower(b)", ("b",), max_value=1)]
+    runs = "select run_id from lineage.validation_group_value_runs"
+    values = ("select value from lineage.validation_group_values v join lineage.validation_group_keys k "
+              "using (group_hash) where k.table_name = 't' and k.content_hash = hash(?::varchar) order by value")
+
+    def step(run: str, sql: str):
+        since = con.execute("select coalesce(max(rowid) + 1, 0) from t").fetchone()[0]
+        con.execute(sql)
+        got = validate_table(con, "t", run_id=run, now=NOW, checks=check, row_scope=f"base.rowid >= {since}")
+        con.execute("create or replace table t_full as select * from t")
+        want = validate_table(con, "t_full", run_id=run, now=NOW, checks=check, incremental=False)
+        assert _shape(got) == _shape(want)
+        return got
+
+    con.execute("insert into t (k, b, s) values ('k0', 'a', 'x'), ('k1', 'a', 'x'), ('k2', 'c', 'y')")
+    assert validate_table(con, "t", run_id="r0", now=NOW, checks=check).success  # every row: values stored
+    assert con.execute(runs).fetchall() == [("r0",)] and con.execute(values, ["a"]).fetchall() == [("x",)]
+    # a new row in an old group, the same split: clean from the stored values
+    assert step("r1", "insert into t (k, b, s) values ('k3', 'A', 'x')").success
+    assert con.execute(runs).fetchall() == [("r1",)] and con.execute(values, ["A"]).fetchall() == [("x",)]
+    # the old group's rows gone, a new one in the other split: no leak, and the group's value is now y
+    assert step("r2", "delete from t where lower(b) = 'a'; insert into t (k, b, s) values ('k4', 'a', 'y')").success
+    assert con.execute(values, ["a"]).fetchall() == [("y",)]
+    # a wrong stored value is not a leak
+    con.execute("update lineage.validation_group_values set value = 'z' where value = 'y'")
+    assert step("r3", "insert into t (k, b, s) values ('k5', 'c', 'y')").success
+    assert con.execute(values, ["c"]).fetchall() == [("y",)]
+    # a leak between an old row and a new one, caught through the stored values
+    report = step("r4", "insert into t (k, b, s) values ('k6', 'C', 'x')")
+    assert [f.name for f in report.failures] == ["one s per lower(b)"] and report.failures[0].unexpected_count == 3
+    # (a check that failed is counted over the whole table next: the values are complete again)
+    assert step("r5", "delete from t where b = 'C'; insert into t (k, b, s) values ('k8', 'e', 'x')").success
+    assert con.execute(runs).fetchall() == [("r5",)] and con.execute(values, ["a"]).fetchall() == [("y",)]
+    # values no run recorded as complete (a missing one would hide a leak): the whole table decides
+    con.execute("delete from lineage.validation_group_values where value = 'y'")
+    con.execute("delete from lineage.validation_group_value_runs")
+    report = step("r6", "insert into t (k, b, s) values ('k7', 'a', 'x')")
+    assert [f.name for f in report.failures] == ["one s per lower(b)"]
+
 APPEND = """
 import sys
 from datetime import datetime, timezone

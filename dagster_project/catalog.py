@@ -48,6 +48,12 @@ TABLES: dict[str, str] = {
     "lineage.validation_group_keys": "Per table and group expression (split leakage's normalised prompt), the group "
                                      "key of each content seen, so only new contents are normalised (private: "
                                      "never published).",
+    "lineage.validation_group_values": "Per table and per-group check (split leakage), each group's distinct "
+                                       "counted values (splits) as validations left them: a scoped validation "
+                                       "compares the new rows' values with them first (private: never published).",
+    "lineage.validation_group_value_runs": "Per table and per-group check, the run whose validation left "
+                                           "lineage.validation_group_values holding every value of the table's rows "
+                                           "(private: never published).",
     "lineage.validation_clean_checks": "Per table and uniqueness or split-leakage check, the run whose validation "
                                        "found it clean: the next one scoped to the rows added since looks only at "
                                        "their keys (private: never published).",
@@ -191,6 +197,13 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.validation_group_keys.group_expr": "sha256 of the group expression, the columns it reads and the DuckDB version.",
     "lineage.validation_group_keys.content_hash": "DuckDB hash() of the columns the group expression reads.",
     "lineage.validation_group_keys.group_hash": "DuckDB hash() of the group expression's value for that content.",
+    "lineage.validation_group_values.table_name": "The validated table (schema.table).",
+    "lineage.validation_group_values.group_expr": "sha256 of the group key's expression and the counted column.",
+    "lineage.validation_group_values.group_hash": "The group (lineage.validation_group_keys.group_hash).",
+    "lineage.validation_group_values.value": "One counted value of the group's rows, as text.",
+    "lineage.validation_group_value_runs.table_name": "The validated table (schema.table).",
+    "lineage.validation_group_value_runs.group_expr": "As lineage.validation_group_values.group_expr.",
+    "lineage.validation_group_value_runs.run_id": "The run whose validation left the values complete.",
     "lineage.validation_clean_checks.table_name": "The validated table (schema.table).",
     "lineage.validation_clean_checks.check_key": "sha256 of the check, its columns' types and the DuckDB version.",
     "lineage.validation_clean_checks.run_id": "The run whose validation found no unexpected row for it.",

@@ -813,7 +813,9 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
         con.execute("drop table _fw_scope_groups")
         unexpected = con.execute(f"select coalesce(sum(n) filter (where {predicate}), 0)::bigint "
                                  f"from ({per_group})").fetchone()[0]
-        # the groups counted get their exact values; the others' still hold
+        # the groups counted get their exact values; the others' still hold. Not complete while
+        # they are replaced: a validation stopped in between must not leave a group without them
+        _values_hold(con, names, None)
         run(f"delete {values} and group_hash in (select group_hash from _fw_groups)")
         run(f"insert into {GROUP_VALUES} select $table, $vkey, group_hash, __c::varchar from _fw_groups "
             "where __c is not null")
@@ -828,7 +830,9 @@ def _per_group(con: duckdb.DuckDBPyConnection, quoted: str, table: str, check: C
     if int(total) != rows:
         con.execute("drop table _fw_groups")
         return None
-    # every group's values, from every row: what a later scoped validation starts from
+    # every group's values, from every row: what a later scoped validation starts from (not
+    # complete while they are replaced)
+    _values_hold(con, names, None)
     run(f"delete {values}")
     run(f"insert into {GROUP_VALUES} select $table, $vkey, group_hash, __c::varchar from _fw_groups "
         "where __c is not null")

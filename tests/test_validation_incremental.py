@@ -335,6 +335,7 @@ def test_a_scoped_split_leak_check_uses_the_stored_values_as_a_screen_and_never_
     con.execute("update lineage.validation_group_values set value = 'z' where value = 'y'")
     assert step("r3", "insert into t (k, b, s) values ('k5', 'c', 'y')").success
     assert con.execute(values, ["c"]).fetchall() == [("y",)]
+    assert con.execute(values, ["a"]).fetchall() == [("z",)]  # an untouched group: not read, not replaced
     # a leak between an old row and a new one, caught through the stored values
     report = step("r4", "insert into t (k, b, s) values ('k6', 'C', 'x')")
     assert [f.name for f in report.failures] == ["one s per lower(b)"] and report.failures[0].unexpected_count == 3

@@ -498,6 +498,7 @@ TABLE_COLUMNS.update({
     "lineage.mart_watermarks.state": "JSON: the last build's read positions (raw.feedback observed_seq, labels build).",
     "lineage.label_inputs.id": "The interaction id.",
     "lineage.label_inputs.fp": "hash(observed_seq, path, byte_offset, line_number, deleted_at_source) of its staging row.",
+    "lineage.label_inputs.h": "hash(id): the interactions a build re-decides are looked up by it first.",
     "lineage.label_builds.seq": "Build number, increasing.",
     "lineage.label_builds.build": "Random id of the build (a consumer checks it is following the same log).",
     "lineage.label_builds.whole": "True when the build was whole (no change list: consumers rebuild whole).",

@@ -146,6 +146,44 @@ def test_an_append_touches_only_the_new_and_the_relabelled_interactions():
     assert_equals_whole_build(lake)
 
 
+
+def test_a_new_version_is_matched_to_its_earlier_inputs_row_by_the_id_hash(monkeypatch):
+    """The labels build finds the earlier input row of each new staging version through the ids'
+    64-bit hashes, then the ids; having found them all, staging's count and fingerprint sum
+    confirm that nothing else changed, and no row is compared (the fast path)."""
+    import transforms.labels as labels_mod
+
+    lake = Lake()
+    fast, real = [], labels_mod._touched_interactions
+
+    def spy(con, state):
+        # a 64-bit collision, planted: 2's row takes 1's hash; the ids still tell them apart
+        con.execute(f"update {LABEL_INPUTS} set h = hash(?) where id = ?", [interaction_id(1), interaction_id(2)])
+        fast.append(real(con, state))
+        return fast[-1]
+
+    monkeypatch.setattr(labels_mod, "_touched_interactions", spy)
+    run_history(lake, [
+        [("interaction", 1, "parse json", "", "A", "positive", True, 1),
+         ("interaction", 2, "sort", "", "B", "negative", True, 2)],
+        [("interaction", 1, "parse json", "", "B", "negative", True, 3),  # a new version of 1
+         ("interaction", 3, "parse json", "", "A", "positive", True, 4)],
+    ])
+    assert fast == [True]
+    assert lake.con.execute("select count(*) from fw_replaced").fetchone() == (1,)  # 1's earlier row
+    assert_equals_whole_build(lake)
+
+
+def test_inputs_of_the_earlier_layout_without_the_id_hash_are_rebuilt_whole_once():
+    lake = Lake()
+    small_history(lake)
+    lake.con.execute(f"alter table {LABEL_INPUTS} drop column h")  # a state from before the hash
+    build(lake, incremental=True)
+    build(lake, incremental=True)
+    assert lake.con.execute("select whole from lineage.label_builds order by seq desc limit 2").fetchall() == \
+        [(False,), (True,)]
+    assert_equals_whole_build(lake)
+
 def test_an_interaction_moving_to_another_prompt_group_leaves_its_old_group():
     lake = Lake()
     run_history(lake, [

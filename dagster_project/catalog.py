@@ -511,6 +511,7 @@ TABLE_COLUMNS.update({
     "lineage.prompt_keys.prompt_group": "sha256(normalised prompt, NUL, normalised context): the DPO group.",
     "lineage.prompt_keys.has_system": "True when the context holds anything but whitespace.",
     "lineage.prompt_keys.id_hash": "sha256 of the id: DPO's order among equal times.",
+    "lineage.prompt_keys.id_key": "hash(id), 64 bits: an incremental build finds a touched id's row by it first.",
     "lineage.prompt_keys.label": "The final label, positive or negative (DPO's side).",
     "lineage.prompt_keys.timestamp": "The interaction's time (DPO's order and pair times).",
     "lineage.prompt_keys.output_hash": "sha256 of the output text: DPO's distinct answers, compared without reading them.",

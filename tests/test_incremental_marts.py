@@ -150,15 +150,18 @@ def test_an_append_touches_only_the_new_and_the_relabelled_interactions():
 def test_a_new_version_is_matched_to_its_earlier_inputs_row_by_the_id_hash(monkeypatch):
     """The labels build finds the earlier input row of each new staging version through the ids'
     64-bit hashes, then the ids; having found them all, staging's count and fingerprint sum
-    confirm that nothing else changed, and no row is compared (the fast path)."""
+    confirm that nothing else changed, and no row is compared (the fast path). The training sets
+    find a touched interaction's earlier prompt keys the same way."""
     import transforms.labels as labels_mod
 
     lake = Lake()
     fast, real = [], labels_mod._touched_interactions
 
     def spy(con, state):
-        # a 64-bit collision, planted: 2's row takes 1's hash; the ids still tell them apart
+        # a 64-bit collision, planted in the labels' inputs and the prompt keys: 2's rows take 1's
+        # hash; the ids still tell them apart
         con.execute(f"update {LABEL_INPUTS} set h = hash(?) where id = ?", [interaction_id(1), interaction_id(2)])
+        con.execute("update lineage.prompt_keys set id_key = hash(?) where id = ?", [interaction_id(1), interaction_id(2)])
         fast.append(real(con, state))
         return fast[-1]
 
@@ -171,6 +174,7 @@ def test_a_new_version_is_matched_to_its_earlier_inputs_row_by_the_id_hash(monke
     ])
     assert fast == [True]
     assert lake.con.execute("select count(*) from fw_replaced").fetchone() == (1,)  # 1's earlier row
+    lake.con.execute("update lineage.prompt_keys set id_key = hash(id)")  # the planted collision undone
     assert_equals_whole_build(lake)
 
 

@@ -6,6 +6,7 @@
 --                 (prompt_group, prompt_hash) determines (norm prompt, norm context)
 --   has_system    fw_norm(context) <> '': the prompt starts with a system message
 --   id_hash       sha256(id): DPO's order among equal times
+--   id_key        hash(id), 64 bits: an incremental build finds a touched id's row by it first
 --   label         the final label (positive or negative), timestamp the interaction's, and
 --   output_hash   sha256(output_text): with them DPO pairs a group's members (sql/exports/
 --                 dpo_pairs.sql) without reading their texts; equal hashes are equal bytes
@@ -38,6 +39,7 @@ select
     sha256(l.norm_prompt || chr(0) || l.norm_context) as prompt_group,
     l.norm_context <> '' as has_system,
     sha256(l.id) as id_hash,
+    hash(l.id) as id_key,
     l.label,
     l."timestamp",
     l.output_hash,

@@ -197,7 +197,7 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     if params["max_pairs"] is not None:
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
-                    sql_params("exports/dpo_settled_groups", params))
+                    sql_params("exports/dpo_settled_groups", {**params, "new_keys": int(new_keys)}))
     _diff_dpo(con, part)
     # only dpo.sql reads these rows (the other tables read touched ids alone): its columns only
     _fetch_interactions(con, f"select id from (select chosen_id as id from {DPO_PAIRS} union "

@@ -11,12 +11,14 @@
 -- chosen and rejected rows unchanged) are all still pairs, every other pair sorts strictly after
 -- them, and the first $max_pairs are the same rows.
 -- fw_interactions: the touched interactions' staging rows (no other member is read before
--- this); lineage.prompt_keys: already holds the touched interactions' new keys.
+-- this); lineage.prompt_keys: already holds the touched interactions' new keys, appended by this
+-- build from row $new_keys on (their earlier keys deleted): read by that range, not by matching
+-- every id of the table.
 with joined as (
     select k.prompt_group, i."timestamp"
     from lineage.prompt_keys as k
     join fw_interactions as i on i.id = k.id
-    where k.id in (select key from fw_touched_interactions)
+    where k.rowid >= $new_keys
 ),
 
 kept as (

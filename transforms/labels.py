@@ -153,14 +153,7 @@ def _touched_interactions(con: duckdb.DuckDBPyConnection, state: dict[str, Any])
     con.execute(f"create or replace temp table fw_new_rows as select id, {delta.FINGERPRINT} as fp "
                 "from staging.interactions where observed_seq > ?", [state.get("interactions_seq", -1)])
     before = latest_label_build(con)
-    # The rows with a new version's id, looked up by the ids' 64-bit hashes (a scan of 1M integers,
-    # ~4 ms, where matching the 1M ids took ~25 ms), then by id among those few rows: a day's new
-    # interactions mostly have no earlier row at all.
-    candidates = [r[0] for r in con.execute(f"select rowid from {LABEL_INPUTS} "
-                                            "where h in (select hash(id) from fw_new_rows)").fetchall()]
-    con.execute(f"create or replace temp table fw_replaced as select rowid as rid, fp from {LABEL_INPUTS} "
-                "where rowid in (select unnest($rows::bigint[])) and id in (select id from fw_new_rows)",
-                {"rows": candidates})
+    delta.rows_with_ids(con, "fw_replaced", LABEL_INPUTS, "fp", "h", "select id from fw_new_rows")
     replaced = con.execute("select count(*), coalesce(sum(fp), 0) from fw_replaced").fetchone()
     new = con.execute("select count(*), coalesce(sum(fp), 0) from fw_new_rows").fetchone()
     now = con.execute(f"select count(*), coalesce(sum({delta.FINGERPRINT}), 0) from staging.interactions").fetchone()

@@ -179,14 +179,10 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     _drop_fw_interactions(con)
     con.execute("create temp table fw_interactions as select * from staging.interactions limit 0")
     _fetch_interactions(con, "select key from fw_touched_interactions")
-    # a touched interaction's DPO groups: the one it was in and the one it is in now. Its old keys
-    # row is found by the id's 64-bit hash (a scan of 1M integers, ~4 ms, where matching 1M ids
-    # took ~20: a day's new interactions have no row yet), then by id among the rows found, and
-    # deleted by rowid; its new keys are where they were appended.
-    candidates = [r[0] for r in con.execute(f"select rowid from {PROMPT_KEYS} "
-                                            "where id_key in (select hash(key) from fw_touched_interactions)").fetchall()]
-    con.execute(f"create or replace temp table fw_old_keys as select rowid as rid, prompt_group from {PROMPT_KEYS} "
-                f"where rowid in (select unnest($rows::bigint[])) and id {touched}", {"rows": candidates})
+    # a touched interaction's DPO groups: the one it was in and the one it is in now (its old keys
+    # row found by the id's hash, then deleted by rowid; its new keys where they were appended)
+    delta.rows_with_ids(con, "fw_old_keys", PROMPT_KEYS, "prompt_group", "id_key",
+                        "select key from fw_touched_interactions")
     delta.temp_keys(con, "fw_left_groups", "select prompt_group as key from fw_old_keys")
     con.execute(f"delete from {PROMPT_KEYS} where rowid in (select rid from fw_old_keys)")
     part = {**params, "all": False}

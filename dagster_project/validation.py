@@ -1285,6 +1285,26 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
     ensure_excluded_table(con)
     for statement in MACROS:
         con.execute(statement)
+    # One statement first: the rows, this run's earlier ledger rows for the table (a step run
+    # again) and each check's offenders. Usually all are none: no transaction, nothing written.
+    # The offenders are counted in one pass over the rows in scope, each check's value once (a
+    # subquery per check cost ~45 ms to plan and run for exports.dpo's seven checks on 2,700 new
+    # rows; the pass ~9 ms), and only over rows offending some check: the optimizer pushes that
+    # filter under the scope's join (staging's scope is a semi join on the touched ids: a check
+    # on the time skips every row group by its statistics instead of joining each row).
+    values = ", ".join(f"{check.expr or _q(check.column)} as __v{order}" for order, check in enumerate(drops))
+    predicates = [f"({_offending(check, now, v=f'__v{order}')[0]})" for order, check in enumerate(drops)]
+    found = con.execute(
+        f"select (select count(*) from {quoted}), (select count(*) from ingest.excluded where run_id = $run "
+        f"and table_name = $table), c.* from (select {', '.join(f'count(*) filter (where {p})' for p in predicates)} "
+        f"from (select {values} from {quoted} as base{f' where {scope}' if scope else ''}) "
+        f"where {' or '.join(predicates)}) c",
+        {"run": run_id, "table": table}).fetchone()
+    report = DropReport(table, run_id, int(found[0]))
+    candidates = report.candidates
+    if not any(found[1:]):
+        return report
+    # each check's offending rows, with what the ledger records of them
     key_sql = _row_key_sql(table, suite, columns)
     path_col, line_col = next(((p, l) for p, l in PROVENANCE_PAIRS if p in columns and l in columns),
                               (None, None))
@@ -1302,26 +1322,6 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             f"{key_sql} as __key, {path_sql} as __path, {line_sql} as __line "
             # the scope inside: only its rows are computed (a rowid range is skipped to)
             f"from {quoted} as base{f' where {scope}' if scope else ''}) base where {predicate}")))
-    # One statement first: the rows, this run's earlier ledger rows for the table (a step run
-    # again) and each check's offenders. Usually all are none: no transaction, nothing written.
-    # The offenders are counted in one pass over the rows in scope, each check's value once: a
-    # subquery per check (what inserts them below) cost ~45 ms to plan and run for exports.dpo's
-    # seven checks on 2,700 new rows; the whole call now takes ~12 ms.
-    # Only rows offending some check are counted: the optimizer pushes that filter under the
-    # scope's join (staging's scope is a semi join on the touched ids: a check on the time skips
-    # every row group by its statistics instead of joining each row).
-    values = ", ".join(f"{check.expr or _q(check.column)} as __v{order}" for order, check in enumerate(drops))
-    predicates = [f"({_offending(check, now, v=f'__v{order}')[0]})" for order, check in enumerate(drops)]
-    found = con.execute(
-        f"select (select count(*) from {quoted}), (select count(*) from ingest.excluded where run_id = $run "
-        f"and table_name = $table), c.* from (select {', '.join(f'count(*) filter (where {p})' for p in predicates)} "
-        f"from (select {values} from {quoted} as base{f' where {scope}' if scope else ''}) "
-        f"where {' or '.join(predicates)}) c",
-        {"run": run_id, "table": table}).fetchone()
-    report = DropReport(table, run_id, int(found[0]))
-    candidates = report.candidates
-    if not any(found[1:]):
-        return report
     with transaction(con):  # the connection's only writer: the counts still hold
         con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])
         con.execute("create or replace temp table _fw_drop (__rid bigint, __order int, expectation varchar, "

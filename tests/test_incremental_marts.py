@@ -300,6 +300,19 @@ def test_a_full_group_gaining_an_answer_not_strictly_later_is_recomputed(minute)
     assert_equals_whole_build(lake, dpo_max_pairs=2)
 
 
+@pytest.mark.parametrize("minutes", [(11, 30), (30, 11)])
+def test_a_full_group_is_recomputed_when_any_of_its_new_answers_is_not_strictly_later(minutes):
+    """Two answers join a full group in one build, one of them not later than its kept pairs: the
+    group is recomputed, whichever of the two comes first (its earliest new answer decides, not
+    its latest)."""
+    lake = Lake()
+    run_history(lake, [HOT_SEED, [("interaction", 9, "parse json", "", "C", "positive", True, minutes[0]),
+                                  ("interaction", 10, "parse json", "", "D", "negative", True, minutes[1])]],
+                dpo_max_pairs=2)
+    assert lake.con.execute("select count(distinct key) from fw_touched_groups").fetchone()[0] == 1
+    assert_equals_whole_build(lake, dpo_max_pairs=2)
+
+
 def test_a_relabelled_member_of_a_full_group_recomputes_it():
     lake = Lake()
     run_history(lake, [HOT_SEED, [("feedback", 1, "negative", 50, False)]], dpo_max_pairs=2)

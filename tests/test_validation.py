@@ -369,3 +369,50 @@ def test_drop_beyond_its_threshold_keeps_the_rows_and_fails_naming_the_expectati
     assert [r.name for r in report.failures] == ["prompt is a non-empty conversation"]
     with pytest.raises(ValidationFailed, match="prompt is a non-empty conversation.*systemic"):
         enforce(report)
+
+
+# ------------------------------------------------------------------ a step's tables at once
+
+def test_a_steps_tables_are_validated_on_two_connections_with_the_results_and_records_of_one(monkeypatch):
+    """``gx_check_results`` validates a step's tables two at a time, each on a connection of its
+    own: the check results and everything recorded (results, verdicts, row baselines, group keys)
+    are what validating them one after another records. One table fails (a duplicated kto key)."""
+    import threading
+
+    from dagster_project import tables
+
+    names = ["exports.sft", "exports.kto", "exports.dpo", "exports.weighted"]
+    real = tables.validate_table
+    got = {}
+    for connections in (1, 2):
+        lake = training_lake()
+        lake.con.execute("insert into exports.kto select * from exports.kto limit 1")
+        used, both = set(), threading.Event()
+
+        def spy(c, table, **kw):
+            used.add(id(c))
+            if connections == 2:  # the first two tables are validated at the same time
+                if table == names[0]:
+                    assert both.wait(30), "the second connection never started"
+                elif table == names[1]:
+                    both.set()
+            return real(c, table, **kw)
+
+        monkeypatch.setattr(tables, "validate_table", spy)
+        monkeypatch.setattr(tables, "VALIDATION_CONNECTIONS", connections)
+        results = tables.gx_check_results(lake.con, names, "run-1")
+        assert len(used) == connections
+        con = lake.con
+        got[connections] = (
+            [(r.asset_key, r.passed, r.description, {k: str(v) for k, v in r.metadata.items()}) for r in results],
+            con.execute("select table_name, expectation, success, status, observed, unexpected_count, rows_validated "
+                        "from ingest.validations order by all").fetchall(),
+            con.execute("select table_name, validation_key, run_id, passed, result from lineage.validated "
+                        "order by all").fetchall(),
+            con.execute("select table_name, fingerprint, hashes, run_id from lineage.validation_baselines "
+                        "order by all").fetchall(),
+            con.execute("select * from lineage.validated_rows order by all").fetchall(),
+            con.execute("select * from lineage.validation_group_keys order by all").fetchall(),
+        )
+    assert [passed for _, passed, _, _ in got[1][0]] == [True, False, True, True]
+    assert got[2] == got[1]

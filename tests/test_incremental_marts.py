@@ -178,6 +178,50 @@ def test_a_new_version_is_matched_to_its_earlier_inputs_row_by_the_id_hash(monke
     assert_equals_whole_build(lake)
 
 
+class Recording:
+    """A real DuckDB connection that keeps the text of every statement it runs."""
+
+    def __init__(self, con):
+        self.con, self.statements = con, []
+
+    def execute(self, sql, *args):
+        self.statements.append(sql)
+        return self.con.execute(sql, *args)
+
+    def __getattr__(self, name):  # everything else as the connection does it
+        return getattr(self.con, name)
+
+
+@pytest.mark.parametrize("since", [90, None])
+def test_touched_interactions_are_read_from_the_rows_observed_since_unless_an_older_one_is_touched(since):
+    """``delta.staging_interactions``: ids observed after ``since`` are found among the rows
+    appended since (the id column of every row is not read); an id not found there is looked up
+    in the whole table only when lineage.label_inputs holds it (an older interaction), and an id
+    in neither (feedback whose interaction never arrived) costs no whole-table read."""
+    import duckdb
+
+    from transforms.delta import staging_interactions
+
+    raw = duckdb.connect()
+    raw.execute("create schema staging; create schema lineage")
+    raw.execute("create table staging.interactions as select 'i' || n as id, n as observed_seq, 'x' || n as x "
+                "from range(1, 101) t(n)")
+    raw.execute("create table lineage.label_inputs as select id, 0::ubigint as fp, hash(id) as h "
+                "from staging.interactions where observed_seq <= 90")
+    con = Recording(raw)
+
+    def fetch(*ids):
+        raw.execute("create or replace temp table into_ (id varchar, x varchar)")
+        raw.execute("create or replace temp table keys_ as select unnest($k::varchar[]) as key", {"k": list(ids)})
+        con.statements.clear()
+        staging_interactions(con, "into_", "id, x", "select key from keys_", since)
+        whole = any("where id in" in sql and "rowid" in sql for sql in con.statements)
+        return raw.execute("select id, x from into_ order by id").fetchall(), whole
+
+    assert fetch("i95", "i96", "nope") == ([("i95", "x95"), ("i96", "x96")], since is None)
+    assert fetch("i95", "i10", "nope") == ([("i10", "x10"), ("i95", "x95")], True)
+
+
 def test_inputs_of_the_earlier_layout_without_the_id_hash_are_rebuilt_whole_once():
     lake = Lake()
     small_history(lake)

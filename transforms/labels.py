@@ -34,6 +34,10 @@ LABEL_BUILDS = "lineage.label_builds"
 # The interactions each incremental build re-decided: the training sets' delta.
 LABEL_CHANGES = "lineage.label_changes"
 KEEP_BUILDS = 64  # change lists kept; a consumer further behind rebuilds whole
+# What the labels read of staging.interactions (sql/marts/*.sql read it as fw_label_interactions:
+# a view of the table, or the touched interactions' rows).
+INTERACTIONS = "fw_label_interactions"
+LABEL_COLUMNS = 'id, "timestamp", user_feedback, was_edited, path, byte_offset, line_number'
 # What an incremental build deletes and inserts again, table by table.
 TOUCHED = "in (select key from fw_touched_interactions)"
 RECOMPUTED = {"marts.interaction_labels": f"base.interaction_id {TOUCHED}",
@@ -114,6 +118,13 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
                         "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
                         [state["feedback_seq"]])
+            # the touched interactions' staging rows, read once for both tables; on the fast path
+            # every staging row observed up to the last build's watermark was in the table then,
+            # so lineage.label_inputs holds its id (delta.staging_interactions)
+            con.execute(f"create or replace temp table {INTERACTIONS} as "
+                        f"select {LABEL_COLUMNS} from staging.interactions limit 0")
+            delta.staging_interactions(con, INTERACTIONS, LABEL_COLUMNS, "select key from fw_touched_interactions",
+                                       state.get("interactions_seq", -1) if fast else None)
             deleted = delta.delete_recomputed(con, RECOMPUTED)
             for name in LABEL_SQL:
                 table = name.replace("/", ".")
@@ -128,10 +139,12 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
                             f"where id {TOUCHED}")
         else:
             delta.temp_keys(con, "fw_touched_interactions")
+            con.execute(f"create temp view {INTERACTIONS} as select {LABEL_COLUMNS} from staging.interactions")
             for name in LABEL_SQL:
                 run_sql(con, name, {"all": True})
             con.execute(f"create or replace table {LABEL_INPUTS} as "
                         f"select id, {delta.FINGERPRINT} as fp, hash(id) as h from staging.interactions")
+        con.execute(f"drop {'table' if usable else 'view'} {INTERACTIONS}")  # made in this transaction
         _log_build(con, full=not usable)
         delta.save(con, "labels", key, {"feedback_seq": feedback_seq, "feedback_rows": feedback_rows,
                                         "interactions_seq": interactions_seq})

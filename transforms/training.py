@@ -126,11 +126,13 @@ def build_training_sets(
     appended: dict[str, tuple[int, int]] = {}
     deleted: dict[str, set[str] | None] = {}
     with transaction(con):
+        # staging's rows observed after this are those appended since this build read it
+        watermark = delta.staging_watermark(con)
         if usable:
-            appended, deleted = _build_incremental(con, params, changes)
+            appended, deleted = _build_incremental(con, params, changes, state.get("staging_seq"))
         else:
             _build_whole(con, params)
-        delta.save(con, "training", key, {"labels": labels_now})
+        delta.save(con, "training", key, {"labels": labels_now, "staging_seq": watermark})
         counts = {f"exports.{name}": con.execute(f"select count(*) from exports.{name}").fetchone()[0]
                   for name in EXPORTS}
     return delta.Built(counts, appended, deleted)
@@ -160,11 +162,12 @@ def _drop_fw_interactions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("drop table if exists temp.main.fw_interactions")
 
 
-def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str
-                       ) -> tuple[dict[str, tuple[int, int]], dict[str, set[str] | None]]:
+def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], changes: str,
+                       staging_seq: int | None) -> tuple[dict[str, tuple[int, int]], dict[str, set[str] | None]]:
     """Delete and recompute the touched interactions, weighted examples and DPO groups; per table,
     the first rowid and the number of the rows inserted (``delta.Built.appended``), and the event
-    days of the rows deleted (``delta.Built.deleted_days``)."""
+    days of the rows deleted (``delta.Built.deleted_days``). ``staging_seq``: staging's largest
+    ``observed_seq`` when the last build read it (None: not known)."""
     delta.temp_keys(con, "fw_touched_interactions", changes)
     delta.temp_keys(con, "fw_touched_weighted", f"""
         (select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w
@@ -178,7 +181,8 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
     # the DPO pairs that are new (the SQL reads fw_interactions).
     _drop_fw_interactions(con)
     con.execute("create temp table fw_interactions as select * from staging.interactions limit 0")
-    _fetch_interactions(con, "select key from fw_touched_interactions")
+    # the labels vouch for lineage.label_inputs: it holds every staging id (checked in ``usable``)
+    delta.staging_interactions(con, "fw_interactions", "*", "select key from fw_touched_interactions", staging_seq)
     # a touched interaction's DPO groups: the one it was in and the one it is in now (its old keys
     # row found by the id's hash, then deleted by rowid; its new keys where they were appended)
     delta.rows_with_ids(con, "fw_old_keys", PROMPT_KEYS, "prompt_group", "id_key",

@@ -16,12 +16,12 @@
 -- was_edited comes from the winning event. Sidecar rows whose interaction has not arrived yet
 -- are left out here (see marts.orphan_feedback); they join as soon as their interaction is
 -- ingested (its staging row is new, so it is touched).
--- $all: every interaction; else only those in fw_touched_interactions (an incremental build
--- deletes and re-inserts their rows: a label depends only on its own interaction's events).
+-- fw_label_interactions: staging.interactions (a temp view), or the staging rows of the
+-- interactions in fw_touched_interactions (an incremental build deletes and re-inserts their
+-- rows: a label depends only on its own interaction's events).
 with interactions as (
     select id, "timestamp", user_feedback, was_edited, path, byte_offset, line_number
-    from staging.interactions
-    where $all or id in (select key from fw_touched_interactions)
+    from fw_label_interactions
 ),
 
 inline_events as (

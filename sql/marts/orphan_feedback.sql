@@ -14,10 +14,9 @@ with events as (
         line_number
     from raw.feedback
     where ($all or record_id in (select key from fw_touched_interactions))
-        -- an incremental build looks up only the touched ids in staging (the records it keeps
-        -- are touched ones), not a hash table of every interaction id
-        and record_id not in (select id from staging.interactions where id is not null
-            and ($all or id in (select key from fw_touched_interactions)))
+        -- fw_label_interactions: staging.interactions, or an incremental build's touched ids'
+        -- rows (the records it keeps are touched ones), not a hash table of every interaction id
+        and record_id not in (select id from fw_label_interactions where id is not null)
 )
 
 select

@@ -15,8 +15,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -170,63 +169,6 @@ def interrupt_statements() -> None:
     _interrupted.set()
     for shared in list(_shared.values()):
         shared.interrupt()
-
-
-STOP_POLL = 0.05  # seconds between two interrupts of a stopping worker (``on_connections``)
-
-
-def on_connections(cons: list[duckdb.DuckDBPyConnection], items: list, fn: Callable) -> list:
-    """``fn(con, item)`` for every item, taken in their order by one worker thread per connection
-    of ``cons``; the results in the items' order. On the first error (or Ctrl-C in the calling
-    thread) no item starts, the other workers' statements are interrupted until the workers have
-    stopped, and that first error is raised.
-
-    DuckDB drops an interrupt that arrives between two statements, and a worker may be between
-    two (verifying a file it wrote): so the calling thread only supervises, interrupting every
-    ``STOP_POLL`` seconds until each worker has returned."""
-    results: list = [None] * len(items)
-    todo = list(enumerate(items))[::-1]
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def work(con: duckdb.DuckDBPyConnection) -> None:
-        while not stop.is_set():
-            try:
-                i, item = todo.pop()  # atomic: each item is taken once
-            except IndexError:
-                return
-            try:
-                results[i] = fn(con, item)
-            except BaseException as exc:  # noqa: BLE001 - raised below, in the calling thread
-                errors.append(exc)
-                stop.set()
-                return
-
-    workers = cons[:max(1, min(len(cons), len(items)))]
-    if len(workers) == 1:  # nothing to run beside: in this thread
-        work(workers[0])
-    else:
-        with ThreadPoolExecutor(max_workers=len(workers)) as pool:
-            running = {pool.submit(work, con): con for con in workers}
-
-            def supervise() -> None:  # until every worker has returned
-                while running:
-                    if stop.is_set():
-                        for con in running.values():
-                            con.interrupt()
-                    done, _ = wait(running, timeout=STOP_POLL)
-                    for future in done:
-                        del running[future]
-
-            try:
-                supervise()
-            except BaseException:  # Ctrl-C while waiting: stop the workers before leaving
-                stop.set()
-                supervise()
-                raise
-    if errors:
-        raise errors[0]
-    return results
 
 
 @contextmanager

@@ -20,7 +20,6 @@ its validation and its snapshot files are reused.
 """
 
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -31,7 +30,7 @@ from dagster_project import versions
 from dagster_project.metadata import preview
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
-from dagster_project.state import WRITER_TAGS, on_connections, side_cursors
+from dagster_project.state import WRITER_TAGS
 from dagster_project.validation import BASELINES, apply_drops, carry_exclusions, record_validations, validate_table
 from transforms.delta import Built, days_of, rows_in
 from transforms.sqlfiles import quote_table
@@ -96,13 +95,6 @@ def gx_checks(tables: Iterable[str]) -> list[dg.AssetCheckSpec]:
             for table in tables if table in SUITES]
 
 
-# Tables of one step validated at once (``gx_check_results``). Measured on the 1M bench lake's +1%
-# run against one connection, two series of four and six rounds alternating: the training sets
-# step (four tables) 0.03 and 0.145 s shorter, the run 0.15 and 0.47 s (medians; the machine's
-# noise is of that order).
-VALIDATION_CONNECTIONS = 2
-
-
 def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_id: str,
                      row_scopes: dict[str, str] | None = None) -> list[dg.AssetCheckResult]:
     """Validate each table with a suite, or reuse the result of its last validation when the table
@@ -114,23 +106,16 @@ def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_
     tables = [table for table in tables if table in SUITES]
     keys = {table: versions.validation_key_of(version) for table, version in versions.get_many(con, tables).items()}
     reused_results = versions.reuse_validations(con, keys, run_id, today)
-
-    def validate(c: duckdb.DuckDBPyConnection, table: str) -> tuple[bool, dict, None]:
-        report = validate_table(c, table, run_id=run_id, row_scope=(row_scopes or {}).get(table))
-        record_validations(c, report)
-        result = {**_check_summary(report), "validated_on": str(today)}
-        versions.record_validation(c, table, keys[table], run_id, report.success, result)
-        return report.success, result, None
-
-    # A table's validation is ~25 small statements on one thread: a step's tables are validated
-    # VALIDATION_CONNECTIONS at a time, each on a connection of its own (each writes only its
-    # table's rows of the bookkeeping tables, each statement committed alone).
-    todo = [table for table in tables if table not in reused_results]
-    beside = min(VALIDATION_CONNECTIONS, len(todo)) - 1
-    with side_cursors(con, beside) if beside > 0 else nullcontext([]) as others:
-        validated = dict(zip(todo, on_connections([con, *others], todo, validate)))
     for table in tables:
-        passed, result, validated_by = reused_results.get(table) or validated[table]
+        key = keys[table]
+        reused = reused_results.get(table)
+        if reused is not None:
+            passed, result, validated_by = reused
+        else:
+            report = validate_table(con, table, run_id=run_id, row_scope=(row_scopes or {}).get(table))
+            record_validations(con, report)
+            passed, result, validated_by = report.success, {**_check_summary(report), "validated_on": str(today)}, None
+            versions.record_validation(con, table, key, run_id, passed, result)
         results.append(dg.AssetCheckResult(
             asset_key=dg.AssetKey(table.split(".")), check_name=GX_CHECK,
             passed=passed, severity=dg.AssetCheckSeverity.ERROR,

@@ -583,7 +583,7 @@ def test_two_writers_publish_what_one_writes(tmp_path):
 def test_the_first_error_on_any_connection_stops_the_others_and_is_raised():
     """``on_connections``: results in the items' order; when one item fails, the statement
     running on the other connection is interrupted and the failure (not the interrupt) raised."""
-    from dagster_project.state import on_connections
+    from dagster_project.publishing.parquet import on_connections
 
     con = duckdb.connect()
     cons = [con, con.cursor()]

@@ -29,15 +29,16 @@ import json
 import os
 import re
 import shutil
+import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 
 import duckdb
 
-from dagster_project.state import on_connections
 from transforms.classify import q
 from transforms.partitions import DAY, MONTH, UNDATED, partition_column, time_sql
 from transforms.sqlfiles import lit, quote_table
@@ -56,6 +57,7 @@ MONTH_FILE_ROWS = 50_000
 # refresh's peak does not grow with the largest table (with two writers, two chunks at once).
 # Partitions are cut by day, so a chunk's rows are read through a range on the time column.
 COPY_ROWS = 250_000
+STOP_POLL = 0.05  # seconds between two interrupts of a stopping worker (``on_connections``)
 # Fewer rows to write are sorted by every column: telling that no key repeats (a statement,
 # ~2 ms) costs more than it saves (a day's 10,000 interactions: 34 ms to write either way).
 KEY_SORT_ROWS = 100_000
@@ -446,6 +448,60 @@ def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:
         Part(name=f["name"], rows=f["rows"], key=f["object"], reused=True, bytes=f["bytes"], sha256=f["sha256"])
         for f in files], from_manifest=True, rule=entry.get("partition_rule"))
     return planned if planned.content_hash == entry.get("content_hash") else None
+
+
+def on_connections(cons: list[duckdb.DuckDBPyConnection], items: list, fn: Callable) -> list:
+    """``fn(con, item)`` for every item, taken in their order by one worker thread per connection
+    of ``cons``; the results in the items' order. On the first error (or Ctrl-C in the calling
+    thread) no item starts, the other workers' statements are interrupted until the workers have
+    stopped, and that first error is raised.
+
+    DuckDB drops an interrupt that arrives between two statements, and a worker may be between
+    two (verifying a file it wrote): so the calling thread only supervises, interrupting every
+    ``STOP_POLL`` seconds until each worker has returned."""
+    results: list = [None] * len(items)
+    todo = list(enumerate(items))[::-1]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def work(con: duckdb.DuckDBPyConnection) -> None:
+        while not stop.is_set():
+            try:
+                i, item = todo.pop()  # atomic: each item is taken once
+            except IndexError:
+                return
+            try:
+                results[i] = fn(con, item)
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the calling thread
+                errors.append(exc)
+                stop.set()
+                return
+
+    workers = cons[:max(1, min(len(cons), len(items)))]
+    if len(workers) == 1:  # nothing to run beside: in this thread
+        work(workers[0])
+    else:
+        with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+            running = {pool.submit(work, con): con for con in workers}
+
+            def supervise() -> None:  # until every worker has returned
+                while running:
+                    if stop.is_set():
+                        for con in running.values():
+                            con.interrupt()
+                    done, _ = wait(running, timeout=STOP_POLL)
+                    for future in done:
+                        del running[future]
+
+            try:
+                supervise()
+            except BaseException:  # Ctrl-C while waiting: stop the workers before leaving
+                stop.set()
+                supervise()
+                raise
+    if errors:
+        raise errors[0]
+    return results
 
 
 def write_all(cons: list[duckdb.DuckDBPyConnection], plans: list[Plan], objects: Path, known: dict[str, str],

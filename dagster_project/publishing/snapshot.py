@@ -47,9 +47,9 @@ import duckdb
 
 from dagster_project import versions
 from dagster_project.publishing import parquet
-from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit, plan, q,
-                                                write_all)
-from dagster_project.state import on_connections, side_cursors
+from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit,
+                                                on_connections, plan, q, write_all)
+from dagster_project.state import side_cursors
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
 
 FORMAT = "flywheel-snapshot/1"
@@ -77,7 +77,7 @@ APPEND_ONLY = frozenset({"ingest.validations", "ingest.excluded"})
 # and the values the privacy gate looks for in every shared dataset.
 ID_COLUMN = r"(^|_)(session|user)_id"
 FAULT_ENV = "FLYWHEEL_PUBLISH_FAULT"  # tests: "kill:<stage>" or "enospc:<stage>"
-# Datasets hashed and written at once, each on a connection of its own (``state.on_connections``):
+# Datasets hashed and written at once, each on a connection of its own (``parquet.on_connections``):
 # a partition's COPY runs on one thread, and a dataset's hashing and sort keep two cores busy
 # only part of the time.
 WRITERS = 2

@@ -28,7 +28,7 @@ _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 LABEL_SQL = ("marts/interaction_labels", "marts/orphan_feedback")
 # What the last labels build consumed: each staging interaction's fingerprint.
-LABEL_INPUTS = "lineage.label_inputs"
+LABEL_INPUTS = delta.LABEL_INPUTS
 # One row per labels build (seq increasing); ``whole`` builds have no change list.
 LABEL_BUILDS = "lineage.label_builds"
 # The interactions each incremental build re-decided: the training sets' delta.
@@ -139,7 +139,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
                             f"where id {TOUCHED}")
         else:
             delta.temp_keys(con, "fw_touched_interactions")
-            con.execute(f"create temp view {INTERACTIONS} as select {LABEL_COLUMNS} from staging.interactions")
+            con.execute(f"create or replace temp view {INTERACTIONS} as select {LABEL_COLUMNS} from staging.interactions")
             for name in LABEL_SQL:
                 run_sql(con, name, {"all": True})
             con.execute(f"create or replace table {LABEL_INPUTS} as "

@@ -220,6 +220,28 @@ def test_touched_interactions_are_read_from_the_rows_observed_since_unless_an_ol
 
     assert fetch("i95", "i96", "nope") == ([("i95", "x95"), ("i96", "x96")], since is None)
     assert fetch("i95", "i10", "nope") == ([("i10", "x10"), ("i95", "x95")], True)
+    # the watermark's own row is an older one, the next a new one
+    assert fetch("i90") == ([("i90", "x90")], True)
+    assert fetch("i91") == ([("i91", "x91")], since is None)
+
+
+def test_a_new_staging_row_without_an_id_does_not_hide_the_interactions_feedback_touched():
+    """A systemic drop can keep a staging row whose id is NULL; among a build's new rows it is a
+    NULL touched key, which must not stop new feedback from touching its interaction
+    (``not in`` a list holding NULL is never true)."""
+    lake = Lake()
+    small_history(lake)
+    con = lake.con
+    lake.feedback(1, "negative", "2026-02-26T16:00:00")
+    con.execute("update raw.feedback set observed_seq = 3 where observed_seq is null")
+    lake.stage()
+    # interaction 5 (no feedback, no inline label) again, without its id: no label either way
+    con.execute("insert into staging.interactions select * replace (null as id, 3 as observed_seq) "
+                "from staging.interactions where id = ?", [interaction_id(5)])
+    build(lake, incremental=True)
+    assert con.execute("select label from marts.interaction_labels where interaction_id = ?",
+                       [interaction_id(1)]).fetchone() == ("negative",)
+    assert_equals_whole_build(lake)
 
 
 def test_inputs_of_the_earlier_layout_without_the_id_hash_are_rebuilt_whole_once():

@@ -116,11 +116,14 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
         if usable:
             fast = _touched_interactions(con, state)
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
-                        "where observed_seq > ? and record_id not in (select key from fw_touched_interactions)",
+                        "where observed_seq > ? and record_id not in "
+                        "(select key from fw_touched_interactions where key is not null)",
                         [state["feedback_seq"]])
-            # the touched interactions' staging rows, read once for both tables; on the fast path
-            # every staging row observed up to the last build's watermark was in the table then,
-            # so lineage.label_inputs holds its id (delta.staging_interactions)
+            # the touched interactions' staging rows, read once for both tables. On the fast path
+            # staging's count and fingerprint sum proved it is the last build's inputs with the
+            # replaced rows swapped for the new ones (observed after the watermark): so every row
+            # observed up to the watermark has its id in lineage.label_inputs
+            # (delta.staging_interactions); otherwise the whole id column is read
             con.execute(f"create or replace temp table {INTERACTIONS} as "
                         f"select {LABEL_COLUMNS} from staging.interactions limit 0")
             delta.staging_interactions(con, INTERACTIONS, LABEL_COLUMNS, "select key from fw_touched_interactions",

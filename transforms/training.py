@@ -120,9 +120,11 @@ def build_training_sets(
     usable = (changes is not None and labels_now is not None
               and all(table_exists(con, t) for t in (PROMPT_KEYS, WEIGHTED_INPUTS,
                                                       *(f"exports.{name}" for name in EXPORTS)))
-              # the labels were built from the staging rows these exports will read
-              and con.execute(f"select coalesce(sum({delta.FINGERPRINT}), 0)::varchar "
-                              "from staging.interactions").fetchone()[0] == labels_now["inputs_sum"])
+              # the labels were built from the staging rows these exports will read (so
+              # lineage.label_inputs holds every staging id: delta.staging_interactions)
+              and con.execute(f"select count(*), coalesce(sum({delta.FINGERPRINT}), 0)::varchar "
+                              "from staging.interactions").fetchone()
+              == (labels_now["inputs_rows"], labels_now["inputs_sum"]))
     appended: dict[str, tuple[int, int]] = {}
     deleted: dict[str, set[str] | None] = {}
     with transaction(con):

@@ -177,7 +177,6 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
         union all
         (select content_hash, h from {WEIGHTED_INPUTS}
          except select content_hash as key, {WEIGHTED_HASH} as h from staging.weighted_examples as w)""")
-    touched = "in (select key from fw_touched_interactions)"
     weighted = "in (select key from fw_touched_weighted)"
     # Staging is read twice, not once per table: the touched rows, then the other members of
     # the DPO pairs that are new (the SQL reads fw_interactions).
@@ -201,9 +200,12 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
                     sql_params("exports/dpo_settled_groups", {**params, "new_keys": int(new_keys)}))
     _diff_dpo(con, part)
-    # only dpo.sql reads these rows (the other tables read touched ids alone): its columns only
-    _fetch_interactions(con, f"select id from (select chosen_id as id from {DPO_PAIRS} union "
-                             f"select rejected_id from {DPO_PAIRS}) where id not {touched}", DPO_MEMBER_COLUMNS)
+    # the other members of the new pairs (fw_interactions holds the touched ones): only dpo.sql
+    # reads them (the other tables read touched ids alone), so its columns only; old rows, so
+    # the whole id column (no watermark)
+    delta.staging_interactions(con, "fw_interactions", ", ".join(q(c) for c in DPO_MEMBER_COLUMNS),
+                               f"select chosen_id as key from {DPO_PAIRS} union select rejected_id from {DPO_PAIRS}",
+                               None)
     deleted = delta.delete_recomputed(con, RECOMPUTED)
     appended = {}
     for name in EXPORTS:
@@ -241,19 +243,6 @@ def _diff_dpo(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
                 f"and e.rejected_id not in {touched}")
     con.execute(f"delete from {DPO_PAIRS} d where exists (select 1 from fw_dpo_kept k "
                 "where k.chosen_id = d.chosen_id and k.rejected_id = d.rejected_id)")
-
-
-def _fetch_interactions(con: duckdb.DuckDBPyConnection, ids: str, columns: tuple[str, ...] | None = None) -> None:
-    """Append to ``fw_interactions`` the staging rows whose id ``ids`` selects (``columns`` only,
-    the others NULL; default every column). The ids are matched on the id column alone and the
-    rows fetched by rowid: a semi join would read every column (the texts) of every staging row,
-    a cost that grows with the lake, not with what is new."""
-    rowids = [r[0] for r in con.execute(f"select rowid from staging.interactions where id in ({ids})").fetchall()]
-    select = "*" if columns is None else ", ".join(q(c) for c in columns)
-    # rowid in (unnest): 0.04 s for 10,000 of 1M rows, where rowid = any(list) took 0.08 s
-    con.execute(f"insert into fw_interactions by name select {select} from staging.interactions "
-                "where rowid in (select unnest($rowids))",
-                {"rowids": rowids})
 
 
 def kto_balance(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

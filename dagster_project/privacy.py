@@ -251,14 +251,13 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher) -> int:
                 pos += len(new)
             if not changed:
                 continue
-            payload = b"".join(new_parts)
-            sha = bronze_mod.name_for(store.root, payload, [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
+            sha = bronze_mod.name_for(store.root, new_parts, [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
             with bronze_mod.OBJECTS_LOCK:  # before the existence check: a found object stays too
                 bronze_mod.PENDING[sha] += 1
             replaced[obj] = sha
             target = bronze_mod.object_path(store.root, sha)
             if not target.exists():
-                bronze_mod._atomic_write(target, bronze_mod._blob(payload))
+                bronze_mod._atomic_write(target, bronze_mod._blob(new_parts))
             for e in entries:
                 e.offset, e.length, e.sha256 = moved[(e.offset, e.length)]
                 e.object = sha

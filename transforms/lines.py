@@ -58,14 +58,17 @@ def split_lines(
     start_offset: int,
     first_line_number: int,
     max_line_bytes: int,
+    newlines: np.ndarray | None = None,
 ) -> Split:
     """Split ``buf`` (bytes-like, starting at file offset ``start_offset``) into lines.
 
     Only complete lines (ending in ``\\n``) are returned; the bytes after the last newline are
     reported as ``tail`` for the caller to defer or seal. A UTF-8 BOM at file offset 0 is skipped.
+    ``newlines``: ``find_newlines`` of ``buf``, when the caller has it already.
     """
     data = np.frombuffer(buf, dtype=np.uint8)
-    newlines = find_newlines(data)
+    if newlines is None:
+        newlines = find_newlines(data)
     n = len(newlines)
     consumed = int(newlines[-1]) + 1 if n else 0
     tail = len(data) - consumed

@@ -246,7 +246,8 @@ class Ingestor:
         entry = bronze_mod.Entry(
             seq=self.next_seq, source=self.spec.name, path=path, kind=unit.kind, run_id=self.run_id,
             observed_at=datetime.fromtimestamp(self.now, timezone.utc).isoformat(), meta=unit.meta,
-            state=unit.state, event=list(unit.event) if unit.event else None, data=unit.data, sha256=unit.sha256)
+            state=unit.state, event=list(unit.event) if unit.event else None, data=unit.data, sha256=unit.sha256,
+            newlines=unit.newlines)
         self.next_seq += 1
         return entry
 
@@ -295,7 +296,8 @@ class Ingestor:
                 res = self.results.setdefault(e.path, FileResult(e.path, "unchanged"))
                 if e.kind in DECODERS:
                     # Per-file state (e.state, earlier entries of e.path) is at hand here, in order.
-                    table, found, n = DECODERS[e.kind](e.data, e.meta, self.settings)
+                    table, found, n = (jsonl.decode(e.data, e.meta, self.settings, e.newlines) if e.kind == "span"
+                                       else DECODERS[e.kind](e.data, e.meta, self.settings))
                     res.lines += n
                     rejects += [(i, r) for r in found]
                     tables.append((i, table))
@@ -353,7 +355,7 @@ class Ingestor:
             if bronze_written is not None:
                 bronze_written.result()
         for e in batch:
-            e.data = None
+            e.data = e.newlines = None
 
     def _quarantine_rejects(self, batch, rejects) -> None:
         """Lines refused before JSON (invalid UTF-8, over the size limit) into ingest.quarantine, as

@@ -30,6 +30,9 @@ class Unit:
     state: dict | None = None
     event: tuple[str, str] | None = None
     sha256: str | None = None  # of ``data``, when the reader hashed exactly those bytes already
+    # a span's newline positions in ``data``, when the reader found them (a scrub blanks lines in
+    # place: they still hold)
+    newlines: object = None
 
 
 @dataclass

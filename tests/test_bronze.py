@@ -568,6 +568,31 @@ privacy.enforce_retention = enforce_and_die
     assert not (settings.state_dir / "retention_pending" / "session_ratings").exists()
 
 
+def test_a_stored_record_holding_unicode_line_separators_is_read_and_replayed(settings):
+    """A SQLite row's record is kept in bronze as one JSON line, and JSON leaves U+2028, U+2029
+    and U+0085 unescaped: read back by ``str.splitlines``, which also ends lines there, such a
+    record (a pasted query, a note) broke into pieces that no longer parse, and the source's
+    ingest failed on every run. Its lines end at newlines only."""
+    odd = "line\u2028separator\u2029paragraph\x85next"
+    conn = store(settings.raw_dir / SESSIONS, ["r1"], journal="DELETE")
+    record = {**json.loads(rating("r2")), "note": odd}
+    conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, recorded_date, "
+                 "label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                 ("r2", "ab" * 32, None, record["recorded_at"], record["recorded_date"], "positive", 3, "cli_end",
+                  json.dumps(record, ensure_ascii=False)))
+    conn.commit()
+    conn.close()
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    assert rows(con, "select id, extra->>'note' from raw.session_ratings order by id") == [("r1", None), ("r2", odd)]
+    before = everything(con)
+    con.close()
+    settings.state_db.unlink()  # raw rebuilt from bronze alone
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"])
+    assert reports["session_ratings"].replayed_entries > 0
+    assert everything(con) == before
+    con.close()
+
+
 def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
     from dagster_project.engine.bronze import Bronze
 

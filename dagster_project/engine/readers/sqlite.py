@@ -151,7 +151,9 @@ def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
 
 def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
     """Rows as lines: the key is the line number (SQLite rows have no byte offset)."""
-    rows = [json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").splitlines()]
+    # one record a line, ended by "\n" only (JSON escapes it in strings; str.splitlines also ends
+    # lines at U+2028, U+2029 and U+0085, which a record may hold unescaped)
+    rows = [json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").split("\n") if line]
     table = arrowcols.table({"line_number": arrowcols.ints([r[0] for r in rows]),
                              "byte_offset": pa.nulls(len(rows), pa.int64()),
                              "text": arrowcols.strings([r[1] if r[1] is not None else "null" for r in rows],

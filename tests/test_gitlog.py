@@ -41,6 +41,12 @@ def test_parse_numstat_log_fields_pipes_binaries_and_quoted_paths():
     ]
 
 
+def test_a_subject_holding_unicode_line_separators_stays_one_line():
+    subject = "fix:\u2028two lines\u2029and\x85more"
+    assert gitlog.parse_numstat_log(f"{SHA_A}|{subject}|a|e|2025-12-17T00:00:00Z\n1\t2\tsrc/a.rs\n")[0]["message"] == subject
+    assert gitlog.parse_session_tags(f"v1|tag|2025-08-18T22:13:49-04:00|{SHA_A}|{subject}\n")[0]["message"] == subject
+
+
 def test_parse_numstat_log_rejects_what_it_cannot_read():
     with pytest.raises(ValueError, match="line 2"):
         gitlog.parse_numstat_log(f"{SHA_A}|m|a|e|2025-12-17T00:00:00Z\nnot a numstat line\n")

@@ -27,6 +27,13 @@ import json
 import re
 from typing import Any, Iterable
 
+
+def lines(text: str) -> list[str]:
+    """``text``'s lines, ended by ``\\n``, ``\\r\\n`` or ``\\r`` as git writes them: not at U+2028,
+    U+2029 or U+0085, where ``str.splitlines`` also ends one (a subject may hold them)."""
+    return re.split(r"\r\n|[\r\n]", text.removesuffix("\n").removesuffix("\r"))
+
+
 HEADER = re.compile(r"^(?P<sha>[0-9a-f]{40}(?:[0-9a-f]{24})?)\|(?P<rest>.*)$")
 NUMSTAT = re.compile(r"^(?P<added>\d+|-)\t(?P<removed>\d+|-)\t(?P<path>.+)$")
 # "pfx{old => new}sfx": git prints at most one brace group; either side may be empty.
@@ -102,7 +109,7 @@ def parse_numstat_log(text: str) -> list[dict[str, Any]]:
     1-based line number): nothing is dropped silently.
     """
     commits: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(lines(text), start=1):
         if not line.strip():
             continue
         stat = NUMSTAT.match(line)
@@ -130,7 +137,7 @@ def parse_session_tags(text: str) -> list[dict[str, Any]]:
     session tags, ``session_id`` (suffix stripped), ``adapter`` and ``edge`` (start|end);
     these three are None for other tags. A line without five fields raises ``ValueError``."""
     tags = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(lines(text), start=1):
         if not line.strip():
             continue
         parts = line.split("|", 4)

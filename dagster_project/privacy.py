@@ -203,8 +203,11 @@ def scrub_batch(matcher: Matcher | None, batch: list[bronze_mod.Entry]) -> None:
         return
     for entry in batch:
         if entry.data is not None and entry.kind in ("span", "rows"):
-            entry.data = scrub_payload(entry.kind, bytes(entry.data), matcher)
+            data = bytes(entry.data)
+            entry.data = scrub_payload(entry.kind, data, matcher)
             entry.sha256 = None  # other bytes: bronze hashes them
+            if entry.data is not data:
+                entry.parsed = None  # what the reader found in them: a removed row is not there now
 
 
 def ingest_matcher(settings: Settings, spec: SourceSpec) -> Matcher | None:

@@ -47,7 +47,7 @@ PENDING: Counter[str] = Counter()
 
 @dataclass
 class Entry:
-    """One manifest entry; ``data`` and ``newlines`` are attached in memory only (never serialised)."""
+    """One manifest entry; ``data`` and ``parsed`` are attached in memory only (never serialised)."""
 
     seq: int
     source: str
@@ -63,10 +63,10 @@ class Entry:
     length: int = 0
     sha256: str | None = None
     data: object = None
-    newlines: object = None  # a span's newline positions in ``data`` (``Unit.newlines``), in memory only
+    parsed: object = None  # what the reader found in ``data`` (``Unit.parsed``)
 
     def to_json(self) -> str:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("data", "newlines")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("data", "parsed")}
         return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
 
 

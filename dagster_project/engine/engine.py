@@ -247,7 +247,7 @@ class Ingestor:
             seq=self.next_seq, source=self.spec.name, path=path, kind=unit.kind, run_id=self.run_id,
             observed_at=datetime.fromtimestamp(self.now, timezone.utc).isoformat(), meta=unit.meta,
             state=unit.state, event=list(unit.event) if unit.event else None, data=unit.data, sha256=unit.sha256,
-            newlines=unit.newlines)
+            parsed=unit.parsed)
         self.next_seq += 1
         return entry
 
@@ -296,13 +296,12 @@ class Ingestor:
                 res = self.results.setdefault(e.path, FileResult(e.path, "unchanged"))
                 if e.kind in DECODERS:
                     # Per-file state (e.state, earlier entries of e.path) is at hand here, in order.
-                    table, found, n = (jsonl.decode(e.data, e.meta, self.settings, e.newlines) if e.kind == "span"
-                                       else DECODERS[e.kind](e.data, e.meta, self.settings))
+                    table, found, n = DECODERS[e.kind](e.data, e.meta, self.settings, e.parsed)
                     res.lines += n
                     rejects += [(i, r) for r in found]
                     tables.append((i, table))
                     if e.kind == "rows":
-                        keys.update({(e.path, k): sha for k, sha in sqlite.key_hashes(table)})
+                        keys.update({(e.path, k): sha for k, sha in sqlite.key_hashes(table, e.parsed)})
                 elif e.kind == "tombstones":
                     gone = sqlite.tombstone_keys(e.data)
                     tombstones.append((e, gone))
@@ -355,7 +354,7 @@ class Ingestor:
             if bronze_written is not None:
                 bronze_written.result()
         for e in batch:
-            e.data = e.newlines = None
+            e.data = e.parsed = None
 
     def _quarantine_rejects(self, batch, rejects) -> None:
         """Lines refused before JSON (invalid UTF-8, over the size limit) into ingest.quarantine, as

@@ -30,9 +30,10 @@ class Unit:
     state: dict | None = None
     event: tuple[str, str] | None = None
     sha256: str | None = None  # of ``data``, when the reader hashed exactly those bytes already
-    # a span's newline positions in ``data``, when the reader found them (a scrub blanks lines in
-    # place: they still hold)
-    newlines: object = None
+    # What the reader found in ``data`` on its way, handed to the format's ``decode`` so that it is
+    # not found again (a span's newline positions; a rows unit's keys, records and their sha256).
+    # A replayed entry has none: decode finds it in the bytes, to the same result.
+    parsed: object = None
 
 
 @dataclass

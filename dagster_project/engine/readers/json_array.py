@@ -36,9 +36,9 @@ def read(view: FileView, buf) -> list[Unit]:
     return finish(units, state, known)
 
 
-def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
+def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table, list[Rejected], int]:
     """Each element as a line (its 1-based number and byte offset); an unreadable array is one
-    ``corrupt_file`` line."""
+    ``corrupt_file`` line. (``read`` hands over nothing: ``parsed`` is None.)"""
     data = bytes(data)
     try:
         found = list(elements(data))

@@ -160,7 +160,7 @@ def read(view: FileView, buf=None) -> list[Unit]:
         # records for the entry (a file's first read then hashes its bytes once, not twice)
         units.append(Unit("span", span, {"generation": generation, "start": position, "end": end,
                                          "first_line": lines_done + 1, "lines": n, "sealed": False},
-                          sha256=hasher.hexdigest() if position == 0 else None, newlines=newlines))
+                          sha256=hasher.hexdigest() if position == 0 else None, parsed=newlines))
         position, lines_done = end, lines_done + n
 
     deferred = size - position
@@ -185,7 +185,7 @@ def read(view: FileView, buf=None) -> list[Unit]:
 def decode(data, meta: dict, settings: Settings, newlines=None) -> tuple[pa.Table, list[Rejected], int]:
     """A span's candidate lines, its pre-JSON rejects, and how many lines it holds; a sealed
     span's partial last line is quarantined as ``unterminated_last_line``. ``newlines``: where
-    ``read`` found the span's lines end (None: a replayed span, split afresh)."""
+    ``read`` found the span's lines end (``Unit.parsed``; None: found here)."""
     split = split_lines(data, start_offset=meta["start"], first_line_number=meta["first_line"],
                         max_line_bytes=settings.max_line_bytes, newlines=newlines)
     found, n = list(split.rejected), split.n_lines

@@ -91,8 +91,12 @@ def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], d
         units.append(Unit("tombstones", json.dumps(gone).encode(), {"keys": len(gone)}))
     if changed:
         payload = "".join(json.dumps([k, t], ensure_ascii=False) + "\n" for k, t in changed)
+        # the rows and their hashes go to ``decode`` and ``key_hashes`` as they are: parsing the
+        # payload back and hashing each record again cost 0.2 s of the 1M lake's 42,000-row eventlog
+        # ingest (1.36 s)
         units.append(Unit("rows", payload.encode("utf-8", errors="surrogatepass"),
-                          {"rows": len(changed), "ranges_read": len(dirty), "rows_compared": len(rows)}))
+                          {"rows": len(changed), "ranges_read": len(dirty), "rows_compared": len(rows)},
+                          parsed=[(k, t, hashes[k]) for k, t in changed]))
     # Reading may create the -wal/-shm files: keep the signature seen after reading when nothing
     # else changed meanwhile; otherwise the one before, so the next run looks again.
     state = {"format": "sqlite", "status": "ok", **(after if _same_content(sig, after) else sig), "generation": (known or {}).get("generation", 1),
@@ -149,11 +153,13 @@ def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
     return [Unit("event", state=state, event=("corrupt", f"{exc}; earlier rows kept, retried when the file changes"))]
 
 
-def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejected], int]:
-    """Rows as lines: the key is the line number (SQLite rows have no byte offset)."""
+def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table, list[Rejected], int]:
+    """Rows as lines: the key is the line number (SQLite rows have no byte offset). ``parsed``:
+    the (key, record, sha256) ``read`` put in ``data`` (None: parsed from it)."""
     # one record a line, ended by "\n" only (JSON escapes it in strings; str.splitlines also ends
     # lines at U+2028, U+2029 and U+0085, which a record may hold unescaped)
-    rows = [json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").split("\n") if line]
+    rows = parsed if parsed is not None else [
+        json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").split("\n") if line]
     table = arrowcols.table({"line_number": arrowcols.ints([r[0] for r in rows]),
                              "byte_offset": pa.nulls(len(rows), pa.int64()),
                              "text": arrowcols.strings([r[1] if r[1] is not None else "null" for r in rows],
@@ -161,8 +167,12 @@ def decode(data, meta: dict, settings: Settings) -> tuple[pa.Table, list[Rejecte
     return table, [], len(rows)
 
 
-def key_hashes(table: pa.Table) -> Iterator[tuple[int, str]]:
-    """(key, sha256 of the record) of decoded rows, as ``read`` compares them."""
+def key_hashes(table: pa.Table, parsed=None) -> Iterator[tuple[int, str]]:
+    """(key, sha256 of the record) of decoded rows, as ``read`` compares them (``parsed``: as it
+    computed them)."""
+    if parsed is not None:
+        yield from ((key, sha) for key, _, sha in parsed)
+        return
     for key, text in zip(table.column("line_number").to_pylist(), table.column("text").to_pylist()):
         yield key, text_sha(text)
 

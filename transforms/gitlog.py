@@ -29,8 +29,9 @@ from typing import Any, Iterable
 
 
 def lines(text: str) -> list[str]:
-    """``text``'s lines, ended by ``\\n``, ``\\r\\n`` or ``\\r`` as git writes them: not at U+2028,
-    U+2029 or U+0085, where ``str.splitlines`` also ends one (a subject may hold them)."""
+    """``text``'s lines: ended by ``\\n`` (git's), ``\\r\\n`` or ``\\r`` (a file saved on another
+    system), not at U+2028, U+2029 or U+0085, where ``str.splitlines`` also ends one (a commit
+    subject may hold them)."""
     return re.split(r"\r\n|[\r\n]", text.removesuffix("\n").removesuffix("\r"))
 
 

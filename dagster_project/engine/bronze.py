@@ -63,7 +63,7 @@ class Entry:
     length: int = 0
     sha256: str | None = None
     data: object = None
-    parsed: object = None  # what the reader found in ``data`` (``Unit.parsed``)
+    parsed: object = field(default=None, repr=False, compare=False)  # what the reader found in ``data`` (``Unit.parsed``)
 
     def to_json(self) -> str:
         d = {k: v for k, v in self.__dict__.items() if k not in ("data", "parsed")}
@@ -205,19 +205,28 @@ def _blob(payload: list) -> bytes:
 
     Joining a batch's 384 MB into one buffer held the GIL for ~0.2 s, and the thread that
     classifies the batch, starting this one, waited for it to let go: 0.45 s of each 1M-lake
-    full refresh's interaction ingest. A frame's few megabytes are joined in ~1 ms, and
-    compression runs without the GIL."""
-    frames, group, size = [], [], 0
+    full refresh's interaction ingest. Small parts are gathered into a frame (joined in ~1 ms),
+    large ones cut into frames compressed where they lie; compression runs without the GIL."""
+    frames, group, size, total = [], [], 0, 0
     for part in payload:
-        group.append(part)
-        size += memoryview(part).nbytes
-        if size >= FRAME_BYTES:
-            frames.append(pa.compress(b"".join(group), "zstd", asbytes=True))
-            group, size = [], 0
+        view = memoryview(part)
+        total += view.nbytes
+        for at in range(0, view.nbytes, FRAME_BYTES):  # a span of a large file is cut
+            piece = view[at:at + FRAME_BYTES]
+            group.append(piece)
+            size += piece.nbytes
+            if size >= FRAME_BYTES:
+                frames.append(_frame(group))
+                group, size = [], 0
     if group or not frames:
-        frames.append(pa.compress(b"".join(group), "zstd", asbytes=True))
-    total = sum(memoryview(part).nbytes for part in payload)
+        frames.append(_frame(group))
     return b"".join([total.to_bytes(8, "little"), *frames])
+
+
+def _frame(pieces: list[memoryview]) -> bytes:
+    """One zstd frame of ``pieces``: a single piece is compressed where it lies, several are
+    joined first (a few megabytes)."""
+    return pa.compress(pieces[0] if len(pieces) == 1 else b"".join(pieces), "zstd", asbytes=True)
 
 
 def _atomic_write(target: Path, data: bytes) -> None:

@@ -83,6 +83,15 @@ def _detach(batch: list[bronze_mod.Entry]) -> None:
             entry.data = bytes(entry.data)
 
 
+def _bytes_held(unit: Unit) -> int:
+    """What a unit holds until its batch is applied: its bytes, and what its reader found in them
+    (``Unit.parsed``: a span's newline positions, 8 bytes a line, more than the line itself for
+    lines under 8 bytes; a rows unit's records, about its payload again)."""
+    data = memoryview(unit.data).nbytes if unit.data is not None else 0
+    parsed = unit.parsed
+    return data + (parsed.nbytes if hasattr(parsed, "nbytes") else data if parsed is not None else 0)
+
+
 @functools.cache
 def open_files_budget() -> int:
     """How many files a batch may hold open: a share of the process's open-file limit, whose soft
@@ -175,7 +184,7 @@ class Ingestor:
             result.event = event
             for unit in units:
                 batch.append(self._entry(path, unit))
-                size += memoryview(unit.data).nbytes if unit.data is not None else 0
+                size += _bytes_held(unit)
                 if unit.kind == "span":
                     result.bytes_read += unit.meta["end"] - unit.meta["start"]
             state = next((u.state for u in reversed(units) if u.state), known.get(path))

@@ -33,7 +33,7 @@ class Unit:
     # What the reader found in ``data`` on its way, handed to the format's ``decode`` so that it is
     # not found again (a span's newline positions; a rows unit's keys, records and their sha256).
     # A replayed entry has none: decode finds it in the bytes, to the same result.
-    parsed: object = None
+    parsed: object = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -555,8 +555,8 @@ def test_a_run_killed_between_retention_and_the_replay_it_needs_is_replayed_by_t
     crash = run_dying(settings, """
 from dagster_project import privacy
 enforce = privacy.enforce_retention
-def enforce_and_die(settings, spec):
-    removed = enforce(settings, spec)
+def enforce_and_die(settings, spec, **kwargs):
+    removed = enforce(settings, spec, **kwargs)
     if removed:
         os.kill(os.getpid(), 9)  # bronze rewritten, raw not reset
     return removed
@@ -616,6 +616,51 @@ def test_a_rating_already_expired_when_first_read_reaches_neither_bronze_nor_raw
     kept = b"".join(bytes(store_.payload(e)) for e in store_.entries() if e.object is not None)
     assert b'\\"old\\"' not in kept and b'\\"young\\"' in kept  # records JSON-encoded in a rows payload
     con.close()
+
+
+def test_a_retention_pass_reads_only_the_objects_that_may_hold_an_expired_record(settings, monkeypatch):
+    """The earliest retention time each bronze object keeps is cached (objects are immutable):
+    a pass whose cutoff is not past it reads no object and writes no marker; one whose cutoff is
+    past it reads that object and removes what expired, from bronze and raw."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from dagster_project.engine import bronze as bronze_mod
+    from dagster_project.engine.bronze import Bronze
+
+    def at(days_ago):
+        return (settings.run_date - timedelta(days=days_ago)).isoformat() + "T10:00:00Z"
+
+    conn = store(settings.raw_dir / SESSIONS, [], journal="DELETE")
+    for rid, days_ago in (("a", 40), ("b", 20)):
+        conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, "
+                     "recorded_date, label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                     (rid, "ab" * 32, None, at(days_ago), at(days_ago)[:10], "positive", 3, "cli_end",
+                      rating(rid, at=at(days_ago))))
+    conn.commit()
+    conn.close()
+    read, markers = [], []
+    payload, write = Bronze.payload, bronze_mod._atomic_write
+    monkeypatch.setattr(Bronze, "payload", lambda self, e: read.append(e.object) or payload(self, e))
+    monkeypatch.setattr(bronze_mod, "_atomic_write", lambda target, data: (
+        markers.append(target) if "retention_pending" in str(target) else None, write(target, data))[1])
+
+    def run(run_id, days):
+        read.clear()
+        markers.clear()
+        con, _ = ingest(replace(settings, session_retention_days=days), run_id, sources=["session_ratings"])
+        ids = [r[0] for r in rows(con, "select id from raw.session_ratings order by id")]
+        con.close()
+        return ids
+
+    assert run("run-1", 60) == ["a", "b"]  # the pass ran before bronze held anything
+    assert run("run-2", 60) == ["a", "b"] and len(read) == 1 and not markers  # read once: not cached yet
+    assert run("run-3", 60) == ["a", "b"] and read == [] and not markers  # nothing may have expired
+    assert run("run-4", 30) == ["b"] and read and len(markers) == 1  # "a" (40 days old) expired
+    assert run("run-5", 30) == ["b"] and read == [] and not markers
+    kept = Bronze(settings, "session_ratings")
+    blob = b"".join(bytes(payload(kept, e)) for e in kept.entries() if e.object is not None)
+    assert b'\\"a\\"' not in blob and b'\\"b\\"' in blob  # records JSON-encoded in a rows payload
 
 
 def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):

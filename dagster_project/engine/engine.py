@@ -133,13 +133,13 @@ class Ingestor:
         started = time.perf_counter()
         ensure_schema(self.con)
         # The lake's own retention removes expired records from bronze; raw follows by replay. A
-        # marker spans the pass and the reset: a run killed in between (bronze rewritten, raw
-        # not reset) leaves it, and the next run, which finds nothing left to expire, replays.
+        # marker spans the rewrite and the reset: a run killed in between (bronze rewritten, raw
+        # not reset) leaves it, and the next run, which finds nothing left to expire, replays. It
+        # is written only when a record expires (a pass that rewrites nothing needs no replay).
         marker = self.settings.state_dir / RETENTION_PENDING / self.spec.name
         interrupted = marker.exists()
-        if privacy.retention_cutoff(self.settings, self.spec) is not None and not interrupted:
-            bronze_mod._atomic_write(marker, b"")
-        expired = privacy.enforce_retention(self.settings, self.spec)
+        expired = privacy.enforce_retention(self.settings, self.spec,
+                                            before_rewrite=lambda: bronze_mod._atomic_write(marker, b""))
         full_refresh = full_refresh or expired > 0 or interrupted
         self.matcher = privacy.ingest_matcher(self.settings, self.spec)
         raw_before = privacy._count(self.con, f"raw.{q(self.spec.name)}")

@@ -456,6 +456,22 @@ def test_strict_verdicts_land_on_their_own_file_and_line(settings):
     assert rows(con, "select count(*) from ingest.quarantine where detail is null or detail = ''") == [(0,)]
 
 
+def test_a_flagged_line_holding_an_integer_of_thousands_of_digits_is_settled(settings):
+    """A line DuckDB flags for Python's strict parser (here a trailing comma inside a string) that
+    holds an integer of more than 4,300 digits: Python's int conversion refused it (ValueError)
+    and the source's ingest failed, on every run and on replay. The verdict needs no value: the
+    line is valid JSON and loads, its number kept in ``extra``."""
+    huge = "9" * 4301
+    line = dumps(interaction(2, input_text="xs = [1, 2, ]"))[:-1] + f', "n": {huge}}}'
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_aaaaaaaa.jsonl",
+                [dumps(interaction(1)), line])
+    con, _ = ingest(settings, sources=["interactions"])
+    assert rows(con, "select right(id, 1), extra->>'n' = ? from raw.interactions order by id", [huge]) == [("1", None), ("2", True)]
+    con.close()
+    con, _ = ingest(settings, "run-2", sources=["interactions"], full_refresh=True)  # replayed from bronze
+    assert rows(con, "select count(*) from raw.interactions") == [(2,)]
+
+
 def test_a_runs_record_accumulates_its_steps_and_a_failure_sticks():
     """``record_run``: the first call makes the row, later ones add their counts, sources and
     warnings; the mode stays the first unless a step runs a full refresh; a failed run stays

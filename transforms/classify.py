@@ -442,7 +442,9 @@ def strict_verdict(text: str, duckdb_reason: str) -> tuple[str | None, str]:
         return dict(items)
 
     try:
-        json.loads(line, parse_constant=reject_constant,
+        # parse_int: the verdict needs no value, and converting an integer of more than 4,300
+        # digits raises ValueError (Python's limit), which DuckDB reads as valid JSON
+        json.loads(line, parse_constant=reject_constant, parse_int=lambda digits: 0,
                    object_pairs_hook=pairs if duckdb_reason == "duplicate_key" else None)
     except _NonStandard as exc:
         return "non_standard_json", f"non-standard JSON literal {exc.args[0]} (NaN/Infinity are not JSON)"

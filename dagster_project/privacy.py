@@ -74,8 +74,8 @@ def _value(record: dict, path: str):
     for part in path.split("."):
         if isinstance(value, str):  # a JSON document held as a string (the eventlog's data)
             try:
-                value = json.loads(value)
-            except ValueError:
+                value = json.loads(value, parse_int=_no_value)
+            except (ValueError, RecursionError):
                 return None
         if not isinstance(value, dict):
             return None
@@ -168,11 +168,19 @@ def retention_cutoff(settings: Settings, spec: SourceSpec) -> datetime | None:
 
 
 def _record(text: bytes) -> dict | None:
+    """The record, or None when Python cannot read it (the filters then keep it, as every
+    unreadable line is kept): nested deeper than its recursion limit, DuckDB reads it."""
     try:
-        value = json.loads(text.decode("utf-8").lstrip("\ufeff"))
-    except (UnicodeDecodeError, ValueError):
+        value = json.loads(text.decode("utf-8").lstrip("\ufeff"), parse_int=_no_value)
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def _no_value(digits: str) -> int:
+    """``parse_int`` for records read only for their strings: an integer of more than 4,300 digits
+    is valid JSON, but converting it raises ValueError (Python's limit)."""
+    return 0
 
 
 def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:

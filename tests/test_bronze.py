@@ -618,6 +618,33 @@ def test_a_rating_already_expired_when_first_read_reaches_neither_bronze_nor_raw
     con.close()
 
 
+def test_a_record_too_deep_or_too_long_for_python_passes_the_privacy_filters(settings):
+    """The retention filter (on by default) reads each new record with Python's JSON parser: a
+    record nested deeper than its recursion limit raised RecursionError and the source's ingest
+    failed on every run; it is unreadable to the filter now and kept, as DuckDB reads it. One
+    holding an integer of more than 4,300 digits is read (its strings are all the filter needs)."""
+    from dataclasses import replace
+    from datetime import date
+
+    conn = store(settings.raw_dir / SESSIONS, ["r1"], journal="DELETE")
+    deep = rating("r2")[:-1] + ', "x": ' + "[" * 3000 + "]" * 3000 + "}"
+    huge = rating("r3")[:-1] + ', "n": ' + "9" * 5000 + "}"
+    for rid, value in (("r2", deep), ("r3", huge)):
+        conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, "
+                     "recorded_date, label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                     (rid, "ab" * 32, None, "2026-02-26T10:00:00Z", "2026-02-26", "positive", 3, "cli_end", value))
+    conn.commit()
+    conn.close()
+    windowed = replace(settings, session_retention_days=(settings.run_date - date(2026, 2, 1)).days)
+    con, _ = ingest(windowed, "run-1", sources=["session_ratings"])
+    assert rows(con, "select id from raw.session_ratings order by id") == [("r1",), ("r2",), ("r3",)]
+    check_accounting(con)
+    con.close()
+    con, _ = ingest(windowed, "run-2", sources=["session_ratings"])  # the retention pass reads them
+    assert rows(con, "select count(*) from raw.session_ratings") == [(3,)]
+    con.close()
+
+
 def test_a_retention_pass_reads_only_the_objects_that_may_hold_an_expired_record(settings, monkeypatch):
     """The earliest retention time each bronze object keeps is cached (objects are immutable):
     a pass whose cutoff is not past it reads no object and writes no marker; one whose cutoff is

@@ -257,6 +257,27 @@ def test_corrupt_json_array_file_is_quarantined_whole(settings):
     check_accounting(con)
 
 
+def test_an_array_element_too_deep_or_too_long_for_python_is_accounted_not_fatal(settings):
+    """Elements are delimited with Python's JSON decoder: an element nested deeper than its
+    recursion limit raised RecursionError and the source's ingest failed on every run (now the
+    file is quarantined whole, as any array it cannot read), and one holding an integer of more
+    than 4,300 digits cost the whole file (the element is valid JSON and is read now)."""
+    from dagster_project.engine import check_accounting
+
+    folder = settings.raw_dir / "weighted"
+    folder.mkdir(parents=True)
+    good = {"query": "q1", "response": "r1", "feedback": None, "weight": 3.0, "timestamp": "2026-01-05T10:00:00Z"}
+    deep = json.dumps(good)[:-1] + ', "tags": ' + "[" * 3000 + "]" * 3000 + "}"
+    (folder / "training_queue_old.jsonl").write_text("[" + json.dumps(good) + ", " + deep + "]")
+    huge = json.dumps({**good, "query": "q2"})[:-1] + ', "n": ' + "9" * 5000 + "}"
+    (folder / "training_queue_older.jsonl").write_text("[" + json.dumps({**good, "query": "q3"}) + ", " + huge + "]")
+    con, _ = ingest(settings, sources=["weighted_queue"])
+    assert rows(con, "select path, reason from ingest.quarantine") == [
+        ("weighted/training_queue_old.jsonl", "corrupt_file")]
+    assert rows(con, "select query from raw.weighted_queue order by query") == [("q2",), ("q3",)]
+    check_accounting(con)
+
+
 def test_line_over_the_size_limit_keeps_a_pointer_and_hash(settings):
     from dataclasses import replace
 

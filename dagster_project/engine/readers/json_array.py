@@ -69,7 +69,9 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
     """
     text = data.decode("utf-8-sig")
     bom = len(data) - len(text.encode("utf-8"))
-    decoder = json.JSONDecoder()
+    # the elements' texts are taken from the file, not re-serialised: no value is needed, and an
+    # integer of more than 4,300 digits (valid JSON) would not convert
+    decoder = json.JSONDecoder(parse_int=lambda digits: 0)
     i = len(text) - len(text.lstrip())
     if not text.startswith("[", i):
         raise ValueError("does not start with '['")
@@ -86,6 +88,8 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             _, end = decoder.raw_decode(text, i)
         except json.JSONDecodeError as exc:
             raise ValueError(f"element {n + 1}: {exc.msg} at character {exc.pos}") from exc
+        except RecursionError:
+            raise ValueError(f"element {n + 1}: nested too deep to read, at character {i}") from None
         n += 1
         yield n, bom + len(text[:i].encode("utf-8")), text[i:end]
         i = end

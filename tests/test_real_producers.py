@@ -70,6 +70,21 @@ def test_a_busy_repeated_hour_moves_every_second_pass_line(settings, tmp_path):
                     "fold_second" if p else "fold_first") for p in range(2) for w in walls]
 
 
+def test_a_repeated_hour_written_without_zero_padding_is_resolved(settings, tmp_path):
+    """DuckDB reads a naive time written without zero-padding ('2026-10-25 2:10:00', as a writer
+    formatting its own hour does, and the repeated hour is 02:xx in Europe); the second pass was
+    found by parsing the text again with ``datetime.fromisoformat``, which refused it and failed
+    the source's ingest on every run. The pass is now read from the instant the classifier
+    computed, whatever the spelling."""
+    s = _zoned(settings, tmp_path)
+    walls = ["2026-10-25 2:10:00", "2026-10-25 2:50:00", "2026-10-25  2:05:00"]  # the last: back
+    write_lines(settings.raw_dir / MADRID_FILE, [dumps(interaction(i, timestamp=w)) for i, w in enumerate(walls)])
+    con, _ = ingest(s, "run-1", sources=["interactions"])
+    assert rows(con, "select timestamp, timestamp_fold from staging.interactions order by line_number") == [
+        (_utc("2026-10-25T00:10:00"), "fold_first"), (_utc("2026-10-25T00:50:00"), "fold_first"),
+        (_utc("2026-10-25T01:05:00"), "fold_second")]
+
+
 def test_skipped_hour_is_quarantined_and_says_why(settings, tmp_path):
     s = _zoned(settings, tmp_path)
     write_lines(settings.raw_dir / "interactions" / "interactions_2026-03-29_5b0c2f7e.jsonl", [

@@ -64,8 +64,11 @@ def instant(wall: datetime, zone: str, fold: str) -> datetime:
     return local.astimezone(timezone.utc)
 
 
-def parse_wall(text: str) -> datetime:
-    return datetime.fromisoformat(text.strip()).replace(tzinfo=None)
+def wall_time(at: datetime, zone: str) -> datetime:
+    """The naive wall time of an instant the classifier computed: the line's time as its writer's
+    clock showed it, however the text spelled it (the classifier reads '2026-10-25 2:10:00',
+    which ``datetime.fromisoformat`` refused, failing the source's ingest on every run)."""
+    return at.astimezone(ZoneInfo(zone)).replace(tzinfo=None)
 
 
 def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: str, raw_table: str,
@@ -84,9 +87,9 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
         if f.time not in NAIVE_TIMES:
             continue
         zone = f.time_zone or spec.time_zone
-        col, text_col, fold_col = q(f.name), q(f.name + "_text"), q(f.name + "_fold")
+        col, fold_col = q(f.name), q(f.name + "_fold")
         rows = con.execute(
-            f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{text_col} "
+            f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{col} "
             f"from {candidates} c join {units} u on c.path = u.k "
             f"where c.reason is null and c.{fold_col} = ? order by u.path, u.seq, c.line_number",
             [FOLD_FIRST]).fetchall()
@@ -101,24 +104,24 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
             first_seq, first_line = lines[0][1], lines[0][2]
             if first_line > 1:  # the generation began before this batch: its earlier lines count
                 earlier = con.execute(
-                    f"select {text_col}, {fold_col} from {raw_table} where path = ? and line_number < ? "
+                    f"select {col}, {fold_col} from {raw_table} where path = ? and line_number < ? "
                     f"and observed_seq < ? and {fold_col} in (?, ?) "
                     "qualify row_number() over (partition by line_number order by observed_seq desc) = 1 "
                     "order by line_number", [path, first_line, first_seq, FOLD_FIRST, FOLD_SECOND]).fetchall()
-                for text, fold in earlier:
-                    wall = parse_wall(text)
+                for at, fold in earlier:
+                    wall = wall_time(at, zone)
                     st = states.setdefault(wall.date(), PassState())
                     if fold == FOLD_SECOND:
                         st.second = True
                     else:
                         st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
             seq = None
-            for _, unit_seq, unit_first, k, line_number, text in lines:
+            for _, unit_seq, unit_first, k, line_number, at in lines:
                 if unit_seq != seq:
                     seq = unit_seq
                     if unit_first == 1 and unit_seq != first_seq:
                         states = {}  # a new generation of the file starts over
-                wall = parse_wall(text)
+                wall = wall_time(at, zone)
                 if assign_passes(states, [wall])[0] == FOLD_SECOND:
                     updates.append((instant(wall, zone, FOLD_SECOND), FOLD_SECOND, k, line_number))
         if updates:  # one statement: executemany runs one update per line, ~0.5 ms each

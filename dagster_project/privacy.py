@@ -22,6 +22,7 @@ by the engine; removing is the lake's retention.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -198,9 +199,9 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
     if kind == "rows":
         out, changed = [], False
         for line in bytes(data).splitlines(keepends=True):
-            key, text = json.loads(line)
+            key, text, *undecodable = json.loads(line)  # [key, null, base64]: a record not UTF-8
             record = _record(text.encode("utf-8", errors="surrogatepass")) if text else None
-            raw = (text or "").encode("utf-8", errors="surrogatepass")
+            raw = base64.b64decode(undecodable[0]) if undecodable else (text or "").encode("utf-8", errors="surrogatepass")
             if match(record) if record is not None else match.mentioned(raw):
                 changed = True
                 continue

@@ -690,6 +690,60 @@ def test_a_retention_pass_reads_only_the_objects_that_may_hold_an_expired_record
     assert b'\\"a\\"' not in blob and b'\\"b\\"' in blob  # records JSON-encoded in a rows payload
 
 
+def test_a_stored_record_that_is_a_blob_or_not_utf8_is_read_or_quarantined_under_its_key(settings):
+    """A record bound as bytes (a BLOB of UTF-8 JSON, as ``orjson.dumps`` gives) is read as its
+    text; one that is not UTF-8 is quarantined as ``invalid_utf8`` under its key, with its bytes.
+    Either failed the source's ingest on every run (a BLOB) or made the whole store unreadable (a
+    checksum or a fetch that could not decode it). The next run reads nothing again, and a replay
+    from bronze gives the same tables. The eventlog's text columns holding a BLOB too."""
+    from dagster_project.synth import EVENTLOG_DDL
+
+    conn = store(settings.raw_dir / SESSIONS, ["r1"], journal="DELETE")
+    insert = ("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, recorded_date, "
+              "label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)")
+    conn.execute(insert, ("r2", "ab" * 32, None, "2026-02-26T10:00:00Z", "2026-02-26", "positive", 3, "cli_end",
+                          rating("r2").encode()))
+    latin1 = rating("r3").replace("cli_end", "cl\u00ee_end").encode("latin-1")
+    conn.execute(insert, ("r3", "ab" * 32, None, "2026-02-26T10:00:00Z", "2026-02-26", "positive", 3, "cli_end", latin1))
+    conn.execute("update session_feedback set value = cast(value as text) where id = 'r3'")  # TEXT, not UTF-8
+    conn.commit()
+    assert conn.execute("select id, typeof(value) from session_feedback order by id").fetchall() == [
+        ("r1", "text"), ("r2", "blob"), ("r3", "text")]
+    conn.close()
+    # a store in UTF-16 (PRAGMA encoding): its text is read as text, not as undecodable bytes
+    utf16 = sqlite3.connect(settings.raw_dir / "sessions" / "utf16.sqlite3")
+    utf16.execute("pragma encoding = 'UTF-16le'")
+    utf16.execute(SESSION_DDL)
+    utf16.execute(insert, ("r4", "ab" * 32, None, "2026-02-26T10:00:00Z", "2026-02-26", "positive", 3, "cli_end",
+                           rating("r\u00ee4")))
+    utf16.commit()
+    utf16.close()
+    log = settings.raw_dir / "eventlog" / "log.db"
+    log.parent.mkdir()
+    conn = sqlite3.connect(log)
+    conn.execute(EVENTLOG_DDL.replace(",\n  CHECK(json_valid(data))", ""))
+    conn.execute("insert into eventlog (event_type, timestamp, source_id, source_file, data) values (?,?,?,?,?)",
+                 ("scry.query", "2026-02-26T10:00:00", "q1", None, b'{"query_id": "q1"}'))
+    conn.commit()
+    conn.close()
+
+    con, reports = ingest(settings, "run-1", sources=["session_ratings", "eventlog"])
+    assert rows(con, "select id, source from raw.session_ratings order by id") == [
+        ("r1", "cli_end"), ("r2", "cli_end"), ("r\u00ee4", "cli_end")]
+    assert rows(con, "select path, line_number, reason, raw_bytes from ingest.quarantine "
+                     "where source = 'session_ratings'") == [(SESSIONS, 3, "invalid_utf8", latin1)]
+    assert rows(con, "select data->>'query_id' from raw.eventlog") == [("q1",)]
+    check_accounting(con)
+    before = everything(con)
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert [f.lines for f in reports["session_ratings"].files] == [0, 0]  # every key known, the reject's too
+    con.close()
+    settings.state_db.unlink()  # raw rebuilt from bronze alone
+    con, _ = ingest(settings, "run-3", sources=["session_ratings", "eventlog"])
+    assert everything(con) == before
+    con.close()
+
+
 def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
     from dagster_project.engine.bronze import Bronze
 

@@ -310,7 +310,7 @@ class Ingestor:
                     rejects += [(i, r) for r in found]
                     tables.append((i, table))
                     if e.kind == "rows":
-                        keys.update({(e.path, k): sha for k, sha in sqlite.key_hashes(table, e.parsed)})
+                        keys.update({(e.path, k): sha for k, sha in sqlite.key_hashes(table, found, e.parsed)})
                 elif e.kind == "tombstones":
                     gone = sqlite.tombstone_keys(e.data)
                     tombstones.append((e, gone))

@@ -14,10 +14,11 @@ SOURCE = SourceSpec(
     sqlite=SqliteTable(
         table="eventlog",
         key="seq",
-        record_sql=(
-            "json_object('seq', seq, 'event_type', event_type, 'timestamp', timestamp, "
-            "'source_id', source_id, 'source_file', source_file, 'data', data)"
-        ),
+        # A text column holding a BLOB (a tool binding bytes) is read as its text: json_object
+        # refuses BLOBs, and the whole store was unreadable.
+        record_sql="json_object('seq', seq, " + ", ".join(
+            f"'{c}', case when typeof({c}) = 'blob' then cast({c} as text) else {c} end"
+            for c in ("event_type", "timestamp", "source_id", "source_file", "data")) + ")",
     ),
     fields=(
         Field("seq", "int", required=False, nullable=True),

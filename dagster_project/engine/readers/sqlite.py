@@ -8,10 +8,17 @@ versions, missing keys become tombstones. A store deleted and recreated by its t
 record) is recorded as such: its old rows stay, flagged deleted at source, the new ones are
 added beside them. Cost: one checksum pass over the table in SQLite per run in which the file
 changed, plus reading the changed ranges (an append touches the last one).
+
+Records are read as bytes: a record stored as a BLOB of UTF-8 text (a tool binding
+``orjson.dumps(...)``) is read as that text, and one that is not UTF-8 is quarantined as
+``invalid_utf8`` under its key, where either had made the whole store unreadable or failed the
+source's ingest on every run. In bronze a record is a JSON line ``[key, text]``, an undecodable
+one ``[key, null, base64 of its bytes]``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -50,6 +57,11 @@ def text_sha(text: str | None) -> str:
     return hashlib.sha256((text if text is not None else "null").encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
+def record_sha(raw: bytes | None) -> str:
+    """``text_sha`` of a record read as bytes: the same digest for UTF-8 text."""
+    return hashlib.sha256(raw if raw is not None else b"null").hexdigest()
+
+
 def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], dict[int, str]]) -> list[Unit]:
     known = view.known
     sig = signature(view)
@@ -69,7 +81,7 @@ def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], d
         return _corrupt(view, sig, exc)
 
     old = known_keys(dirty)
-    hashes = {key: text_sha(text) for key, text in rows}
+    hashes = {key: record_sha(raw) for key, raw in rows}
     units: list[Unit] = []
     every_range = known_ranges is None or set(known_ranges) <= {str(r) for r in dirty}
     recreated = bool(old) and every_range and not any(old.get(k) == h for k, h in hashes.items())
@@ -90,19 +102,31 @@ def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], d
     if gone:
         units.append(Unit("tombstones", json.dumps(gone).encode(), {"keys": len(gone)}))
     if changed:
-        payload = "".join(json.dumps([k, t], ensure_ascii=False) + "\n" for k, t in changed)
+        parsed = [(k, *_text(raw), hashes[k]) for k, raw in changed]  # (key, text, undecodable bytes, sha256)
+        payload = "".join(json.dumps([k, t] if bad is None else [k, None, base64.b64encode(bad).decode("ascii")],
+                                     ensure_ascii=False) + "\n" for k, t, bad, _ in parsed)
         # the rows and their hashes go to ``decode`` and ``key_hashes`` as they are: parsing the
         # payload back and hashing each record again cost 0.2 s of the 1M lake's 42,000-row eventlog
         # ingest (1.36 s)
         units.append(Unit("rows", payload.encode("utf-8", errors="surrogatepass"),
                           {"rows": len(changed), "ranges_read": len(dirty), "rows_compared": len(rows)},
-                          parsed=[(k, t, hashes[k]) for k, t in changed]))
+                          parsed=parsed))
     # Reading may create the -wal/-shm files: keep the signature seen after reading when nothing
     # else changed meanwhile; otherwise the one before, so the next run looks again.
     state = {"format": "sqlite", "status": "ok", **(after if _same_content(sig, after) else sig), "generation": (known or {}).get("generation", 1),
              "hwm": hwm,
              "rows": sum(n for n, _ in ranges.values()), "ranges": ranges}
     return finish(units, state, known)
+
+
+def _text(raw: bytes | None) -> tuple[str | None, bytes | None]:
+    """A record's text, or None and its bytes when they are not UTF-8."""
+    if raw is None:
+        return None, None
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, raw
 
 
 def _same_content(before: dict, after: dict) -> bool:
@@ -116,30 +140,48 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
     Returns (ranges {str(range): [rows, checksum]}, dirty ranges, their rows, greatest key)."""
     uri = f"file:{view.real.resolve().as_posix()}?mode=ro"
     conn = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT_SECONDS)
+    conn.text_factory = bytes  # a TEXT value as its UTF-8 bytes, which need not decode
     conn.create_function("fw_crc", 2, _crc, deterministic=True)
     key, source = q(table.key), q(table.table)
     try:
         conn.execute("begin")  # deferred: the first select fixes the snapshot
-        ranges = {str(r): [n, c] for r, n, c in conn.execute(
-            f"select {key} >> {RANGE_BITS}, count(*), sum(fw_crc({key}, {table.record_sql})) from {source} group by 1")}
+        # A function's TEXT argument must decode (or the statement fails): in a UTF-8 database the
+        # record goes to the checksum as a BLOB, its very bytes; a UTF-16 one (rare) converts
+        # text to UTF-8 itself.
+        utf8 = conn.execute("pragma encoding").fetchone()[0] in (b"UTF-8", "UTF-8")
+        record = f"cast({table.record_sql} as blob)" if utf8 else table.record_sql
+        ranges = {r.decode() if isinstance(r, bytes) else str(r): [n, c] for r, n, c in conn.execute(
+            f"select {key} >> {RANGE_BITS}, count(*), sum(fw_crc({key}, {record})) from {source} group by 1")}
         hwm = conn.execute(f"select max({key}) from {source}").fetchone()[0]
         known_ranges = known_ranges or {}
         dirty = sorted({int(r) for r, v in ranges.items() if known_ranges.get(r) != v}
                        | {int(r) for r in known_ranges if r not in ranges})
         rows = []
         if dirty:
-            rows = conn.execute(
+            rows = [(k, _as_bytes(v)) for k, v in conn.execute(
                 f"select {key}, {table.record_sql} from {source} "
                 f"where {key} >> {RANGE_BITS} in (select value from json_each(?)) order by {key}",
-                [json.dumps(dirty)]).fetchall()
+                [json.dumps(dirty)])]
         conn.execute("commit")
         return ranges, dirty, rows, hwm
     finally:
         conn.close()
 
 
-def _crc(key, text) -> int:
-    return zlib.crc32(f"{key}:{text if text is not None else 'null'}".encode("utf-8", errors="surrogatepass"))
+def _as_bytes(value) -> bytes | None:
+    """A record value as bytes: TEXT (already bytes here) and BLOB as they are, a number as its text."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", errors="surrogatepass")
+    return str(value).encode()
+
+
+def _crc(key, value) -> int:
+    """A row's checksum: of ``key:record`` (the record's bytes; for UTF-8 text, as computed before
+    records were read as bytes, so no recorded range looks changed)."""
+    raw = _as_bytes(value)
+    return zlib.crc32(f"{key}:".encode() + (raw if raw is not None else b"null"))
 
 
 def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
@@ -154,27 +196,48 @@ def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
 
 
 def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table, list[Rejected], int]:
-    """Rows as lines: the key is the line number (SQLite rows have no byte offset). ``parsed``:
-    the (key, record, sha256) ``read`` put in ``data`` (None: parsed from it)."""
+    """Rows as lines: the key is the line number (SQLite rows have no byte offset); a record that
+    is not UTF-8 is an ``invalid_utf8`` reject. ``parsed``: the (key, record, undecodable bytes,
+    sha256) ``read`` put in ``data`` (None: parsed from it)."""
+    rows = parsed if parsed is not None else [(k, t, bad, None) for k, t, bad in _payload_rows(data)]
+    good = [r for r in rows if r[2] is None]
+    table = arrowcols.table({"line_number": arrowcols.ints([r[0] for r in good]),
+                             "byte_offset": pa.nulls(len(good), pa.int64()),
+                             "text": arrowcols.strings([r[1] if r[1] is not None else "null" for r in good],
+                                                       pa.large_string())}, LINES_SCHEMA)
+    rejects = [Rejected(k, None, "invalid_utf8", _invalid_detail(bad), bad.decode("utf-8", errors="backslashreplace"),
+                        bad) for k, _, bad, _ in rows if bad is not None]
+    return table, rejects, len(rows)
+
+
+def _payload_rows(data) -> Iterator[tuple[int, str | None, bytes | None]]:
+    """(key, text, undecodable bytes) of each record of a rows payload."""
     # one record a line, ended by "\n" only (JSON escapes it in strings; str.splitlines also ends
     # lines at U+2028, U+2029 and U+0085, which a record may hold unescaped)
-    rows = parsed if parsed is not None else [
-        json.loads(line) for line in bytes(data).decode("utf-8", errors="surrogatepass").split("\n") if line]
-    table = arrowcols.table({"line_number": arrowcols.ints([r[0] for r in rows]),
-                             "byte_offset": pa.nulls(len(rows), pa.int64()),
-                             "text": arrowcols.strings([r[1] if r[1] is not None else "null" for r in rows],
-                                                       pa.large_string())}, LINES_SCHEMA)
-    return table, [], len(rows)
+    for line in bytes(data).decode("utf-8", errors="surrogatepass").split("\n"):
+        if line:
+            key, text, *bad = json.loads(line)
+            yield key, text, base64.b64decode(bad[0]) if bad else None
 
 
-def key_hashes(table: pa.Table, parsed=None) -> Iterator[tuple[int, str]]:
-    """(key, sha256 of the record) of decoded rows, as ``read`` compares them (``parsed``: as it
-    computed them)."""
+def _invalid_detail(raw: bytes) -> str:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"invalid UTF-8 at byte {exc.start} of the record: {exc.reason}"
+    return "invalid UTF-8"
+
+
+def key_hashes(table: pa.Table, rejects: list[Rejected], parsed=None) -> Iterator[tuple[int, str]]:
+    """(key, sha256 of the record) of decoded rows and their ``invalid_utf8`` rejects, as ``read``
+    compares them (``parsed``: as it computed them)."""
     if parsed is not None:
-        yield from ((key, sha) for key, _, sha in parsed)
+        yield from ((key, sha) for key, _, _, sha in parsed)
         return
     for key, text in zip(table.column("line_number").to_pylist(), table.column("text").to_pylist()):
         yield key, text_sha(text)
+    for reject in rejects:
+        yield reject.line_number, record_sha(reject.raw_bytes)
 
 
 def tombstone_keys(data) -> list[int]:

@@ -77,6 +77,9 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
         raise ValueError("does not start with '['")
     i += 1
     n = 0
+    # the byte offset of character ``i``, advanced as ``i`` moves: measuring the whole prefix at
+    # each element made a large array quadratic (8,000 elements 0.84 s, 2,000 0.06 s)
+    at_char, at_byte = 0, bom
     while True:
         while i < len(text) and text[i] in " \t\r\n":
             i += 1
@@ -91,7 +94,9 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
         except RecursionError:
             raise ValueError(f"element {n + 1}: nested too deep to read, at character {i}") from None
         n += 1
-        yield n, bom + len(text[:i].encode("utf-8")), text[i:end]
+        at_byte += len(text[at_char:i].encode("utf-8"))
+        at_char = i
+        yield n, at_byte, text[i:end]
         i = end
         while i < len(text) and text[i] in " \t\r\n":
             i += 1

@@ -142,16 +142,38 @@ class Matcher:
                 return True
         if self.cutoff is not None and self.spec.retention:
             text = _value(record, self.spec.retention[0])
-            try:
-                at = datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
-            except ValueError:
-                return False  # unreadable: quarantined by the classifier, not a retention matter
-            if at is not None:
-                at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+            at = retention_time(text) if text else None
+            if at is not None:  # None: unreadable, quarantined by the classifier, not a retention matter
                 if at < self.cutoff:
                     return True
                 self.oldest_kept = at if self.oldest_kept is None else min(self.oldest_kept, at)
         return False
+
+
+# An ISO 8601 time as DuckDB's cast reads it, fields unpadded too ('2020-1-5T9:00:00Z', which
+# datetime.fromisoformat refuses: such a record, loaded by the classifier, never expired).
+_LOOSE_TIME = re.compile(r"\s*(\d{4})-(\d{1,2})-(\d{1,2})(?:[T ]\s*(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d+))?)?)?"
+                         r"\s*(?:(Z|z)|([+-])(\d{1,2})(?::?(\d{2}))?)?\s*")
+
+
+def retention_time(text: str) -> datetime | None:
+    """The instant of a record's retention field (a naive time is taken as UTC); None when it
+    cannot be read."""
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        m = _LOOSE_TIME.fullmatch(text)
+        if m is None:
+            return None
+        year, month, day, hour, minute, second, fraction, _, sign, oh, om = m.groups()
+        try:
+            at = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
+                          int((fraction or "0")[:6].ljust(6, "0")))
+            if sign:
+                at = at.replace(tzinfo=timezone(int(sign + "1") * timedelta(hours=int(oh), minutes=int(om or 0))))
+        except ValueError:  # a field out of range, an offset of a day or more
+            return None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
 def retention_cutoff(settings: Settings, spec: SourceSpec) -> datetime | None:

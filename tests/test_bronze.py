@@ -645,6 +645,30 @@ def test_a_record_too_deep_or_too_long_for_python_passes_the_privacy_filters(set
     con.close()
 
 
+def test_a_rating_whose_time_is_written_unpadded_expires_like_any_other(settings):
+    """The classifier (DuckDB's cast) reads '2026-2-6T9:00:00Z'; the retention filter read times
+    with ``datetime.fromisoformat``, which refuses it, so such a rating was never removed."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    conn = store(settings.raw_dir / SESSIONS, [], journal="DELETE")
+    young = (settings.run_date - timedelta(days=1)).isoformat() + "T10:00:00Z"
+    for rid, at in (("old", "2026-2-6T9:00:00Z"), ("young", young)):
+        conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, "
+                     "recorded_date, label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                     (rid, "ab" * 32, None, "2026-02-06T09:00:00Z", "2026-02-06", "positive", 3, "cli_end",
+                      json.dumps({**json.loads(rating(rid, at=at)), "recorded_date": at[:10].replace("2026-2-6T9", "2026-02-06")})))
+    conn.commit()
+    conn.close()
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])  # the fixture's window keeps both
+    assert rows(con, "select id, recorded_at::varchar from raw.session_ratings order by id") == [
+        ("old", "2026-02-06 09:00:00+00"), ("young", young.replace("T", " ").replace(":00Z", ":00+00"))]
+    con.close()
+    con, _ = ingest(replace(settings, session_retention_days=30), "run-2", sources=["session_ratings"])
+    assert rows(con, "select id from raw.session_ratings") == [("young",)]
+    con.close()
+
+
 def test_a_retention_pass_reads_only_the_objects_that_may_hold_an_expired_record(settings, monkeypatch):
     """The earliest retention time each bronze object keeps is cached (objects are immutable):
     a pass whose cutoff is not past it reads no object and writes no marker; one whose cutoff is

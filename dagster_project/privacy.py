@@ -75,7 +75,7 @@ def _value(record: dict, path: str):
     for part in path.split("."):
         if isinstance(value, str):  # a JSON document held as a string (the eventlog's data)
             try:
-                value = json.loads(value, parse_int=_no_value)
+                value = json.loads(value, parse_int=_int_or_zero)
             except (ValueError, RecursionError):
                 return None
         if not isinstance(value, dict):
@@ -150,8 +150,10 @@ class Matcher:
         return False
 
 
-# An ISO 8601 time as DuckDB's cast reads it, fields unpadded too ('2020-1-5T9:00:00Z', which
-# datetime.fromisoformat refuses: such a record, loaded by the classifier, never expired).
+# An ISO 8601 time with fields unpadded ('2020-1-5T9:00:00Z') or at 24:00, which DuckDB's cast
+# reads and datetime.fromisoformat refuses: such a record, loaded by the classifier, never expired.
+# It also reads a few forms the classifier quarantines (an offset '+05'): expiring those from
+# bronze is what retention does to any record of that age.
 _LOOSE_TIME = re.compile(r"\s*(\d{4})-(\d{1,2})-(\d{1,2})(?:[T ]\s*(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d+))?)?)?"
                          r"\s*(?:(Z|z)|([+-])(\d{1,2})(?::?(\d{2}))?)?\s*")
 
@@ -167,8 +169,9 @@ def retention_time(text: str) -> datetime | None:
             return None
         year, month, day, hour, minute, second, fraction, _, sign, oh, om = m.groups()
         try:
-            at = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
-                          int((fraction or "0")[:6].ljust(6, "0")))
+            midnight = hour == "24" and not int(minute) and not int(second or 0) and not int(fraction or 0)
+            at = datetime(int(year), int(month), int(day), 0 if midnight else int(hour or 0), int(minute or 0),
+                          int(second or 0), int((fraction or "0")[:6].ljust(6, "0"))) + timedelta(days=midnight)
             if sign:
                 at = at.replace(tzinfo=timezone(int(sign + "1") * timedelta(hours=int(oh), minutes=int(om or 0))))
         except ValueError:  # a field out of range, an offset of a day or more
@@ -191,19 +194,25 @@ def retention_cutoff(settings: Settings, spec: SourceSpec) -> datetime | None:
 
 
 def _record(text: bytes) -> dict | None:
-    """The record, or None when Python cannot read it (the filters then keep it, as every
-    unreadable line is kept): nested deeper than its recursion limit, DuckDB reads it."""
+    """The record, or None when Python cannot read it (the filters then keep it): not JSON, or
+    nested deeper than its recursion limit (DuckDB reads it). Bytes that are not UTF-8 are read
+    with replacement characters: the classifier quarantines such a line, and its subject or
+    time still decides whether it is erased or expires."""
     try:
-        value = json.loads(text.decode("utf-8").lstrip("\ufeff"), parse_int=_no_value)
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        value = json.loads(text.decode("utf-8", errors="replace").lstrip("\ufeff"), parse_int=_int_or_zero)
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
 
-def _no_value(digits: str) -> int:
-    """``parse_int`` for records read only for their strings: an integer of more than 4,300 digits
-    is valid JSON, but converting it raises ValueError (Python's limit)."""
-    return 0
+def _int_or_zero(digits: str) -> int:
+    """``parse_int`` for records read for their strings (and mentions of an id written as a
+    number): an integer of more than 4,300 digits is valid JSON, but converting it raises
+    ValueError (Python's limit)."""
+    try:
+        return int(digits)
+    except ValueError:
+        return 0
 
 
 def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
@@ -222,8 +231,8 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
         out, changed = [], False
         for line in bytes(data).splitlines(keepends=True):
             key, text, *undecodable = json.loads(line)  # [key, null, base64]: a record not UTF-8
-            record = _record(text.encode("utf-8", errors="surrogatepass")) if text else None
             raw = base64.b64decode(undecodable[0]) if undecodable else (text or "").encode("utf-8", errors="surrogatepass")
+            record = _record(raw) if raw else None
             if match(record) if record is not None else match.mentioned(raw):
                 changed = True
                 continue
@@ -340,7 +349,7 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher,
 
 
 RETENTION_CACHE = "retention.json"
-_RETENTION_CACHE_VERSION = 1  # of the times' reading (``Matcher._matches``)
+_RETENTION_CACHE_VERSION = 2  # of the records' and times' reading (``_record``, ``retention_time``)
 
 
 def _retention_cache(store: bronze_mod.Bronze, spec: SourceSpec) -> dict[str, str | None]:
@@ -348,11 +357,12 @@ def _retention_cache(store: bronze_mod.Bronze, spec: SourceSpec) -> dict[str, st
     another field or reading of the times)."""
     try:
         found = json.loads((store.dir / RETENTION_CACHE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if found["version"] != _RETENTION_CACHE_VERSION or found["field"] != spec.retention[0]:
+            return {}
+        return {obj: at for obj, at in found["objects"].items()
+                if at is None or datetime.fromisoformat(at).tzinfo is not None}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):  # damaged: every object is read
         return {}
-    if found.get("version") != _RETENTION_CACHE_VERSION or found.get("field") != spec.retention[0]:
-        return {}
-    return found.get("objects", {})
 
 
 def _save_retention_cache(store: bronze_mod.Bronze, spec: SourceSpec, oldest: dict[str, str | None]) -> None:

@@ -622,7 +622,7 @@ def test_a_record_too_deep_or_too_long_for_python_passes_the_privacy_filters(set
     """The retention filter (on by default) reads each new record with Python's JSON parser: a
     record nested deeper than its recursion limit raised RecursionError and the source's ingest
     failed on every run; it is unreadable to the filter now and kept, as DuckDB reads it. One
-    holding an integer of more than 4,300 digits is read (its strings are all the filter needs)."""
+    holding an integer of more than 4,300 digits is read too (it was kept before as unreadable)."""
     from dataclasses import replace
     from datetime import date
 
@@ -643,6 +643,31 @@ def test_a_record_too_deep_or_too_long_for_python_passes_the_privacy_filters(set
     con, _ = ingest(windowed, "run-2", sources=["session_ratings"])  # the retention pass reads them
     assert rows(con, "select count(*) from raw.session_ratings") == [(3,)]
     con.close()
+
+
+def test_the_privacy_filters_read_numbers_odd_bytes_and_24_00_and_a_damaged_cache(settings):
+    """A mention of an id written as a number still matches (the filters convert numbers, but for
+    one of thousands of digits); a record that is not UTF-8 is read with replacement characters,
+    so its time still counts; 24:00 is the next day's midnight; a damaged retention cache is
+    ignored (every object read), never fatal."""
+    from datetime import datetime, timezone
+
+    from dagster_project import privacy
+    from dagster_project.engine.bronze import Bronze
+    from dagster_project.sources.session_ratings import SOURCE
+
+    mention = privacy.Matcher(SOURCE, b"k", set(), None, mention="12345678")
+    line = b'{"id": "x", "ticket": 12345678}\n'
+    assert privacy.scrub_payload("span", line, mention) == b" " * (len(line) - 1) + b"\n"
+    expiring = privacy.Matcher(SOURCE, b"k", set(), datetime(2026, 3, 1, tzinfo=timezone.utc))
+    old = b'{"id": "r\xff", "recorded_at": "2026-02-06T10:00:00Z"}\n'
+    assert privacy.scrub_payload("span", old, expiring) != old
+    assert privacy.retention_time("2026-02-06T24:00:00Z") == datetime(2026, 2, 7, tzinfo=timezone.utc)
+    store_ = Bronze(settings, "session_ratings")
+    store_.dir.mkdir(parents=True)
+    for damaged in ("[]", '{"version": 2, "field": "recorded_at", "objects": {"o": "not a time"}}', "{"):
+        (store_.dir / privacy.RETENTION_CACHE).write_text(damaged)
+        assert privacy._retention_cache(store_, SOURCE) == {}
 
 
 def test_a_rating_whose_time_is_written_unpadded_expires_like_any_other(settings):

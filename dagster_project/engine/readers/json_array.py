@@ -78,7 +78,7 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
     i += 1
     n = 0
     # the byte offset of character ``i``, advanced as ``i`` moves: measuring the whole prefix at
-    # each element made a large array quadratic (8,000 elements 0.84 s, 2,000 0.06 s)
+    # each element made a large array quadratic (8,000 elements of ~250 bytes took 5.1 s, 0.02 s now)
     at_char, at_byte = 0, bom
     while True:
         while i < len(text) and text[i] in " \t\r\n":

@@ -231,7 +231,8 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
         out, changed = [], False
         for line in bytes(data).splitlines(keepends=True):
             key, text, *undecodable = json.loads(line)  # [key, null, base64]: a record not UTF-8
-            raw = base64.b64decode(undecodable[0]) if undecodable else (text or "").encode("utf-8", errors="surrogatepass")
+            raw = (base64.b64decode(undecodable[0]) if undecodable
+                   else (text or "").encode("utf-8", errors="surrogatepass"))
             record = _record(raw) if raw else None
             if match(record) if record is not None else match.mentioned(raw):
                 changed = True
@@ -319,7 +320,8 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher,
                 continue
             if before_rewrite is not None and not replaced:
                 before_rewrite()
-            sha = bronze_mod.name_for(store.root, new_parts, [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
+            sha = bronze_mod.name_for(store.root, new_parts,
+                                      [(moved[span[:2]][2], moved[span[:2]][1]) for span in spans])
             with bronze_mod.OBJECTS_LOCK:  # before the existence check: a found object stays too
                 bronze_mod.PENDING[sha] += 1
             replaced[obj] = sha

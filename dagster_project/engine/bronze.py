@@ -63,7 +63,8 @@ class Entry:
     length: int = 0
     sha256: str | None = None
     data: object = None
-    parsed: object = field(default=None, repr=False, compare=False)  # what the reader found in ``data`` (``Unit.parsed``)
+    # what the reader found in ``data`` (``Unit.parsed``)
+    parsed: object = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
         d = {k: v for k, v in self.__dict__.items() if k not in ("data", "parsed")}

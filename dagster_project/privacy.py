@@ -22,7 +22,6 @@ by the engine; removing is the lake's retention.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -37,6 +36,7 @@ from pathlib import Path
 import duckdb
 
 from dagster_project.engine import bronze as bronze_mod
+from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.settings import Settings
 from transforms.pseudonyms import load_or_create_key, opaque_session_id, pseudonym, session_pseudonym
 from transforms.spec import SourceSpec
@@ -230,9 +230,8 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
     if kind == "rows":
         out, changed = [], False
         for line in bytes(data).splitlines(keepends=True):
-            key, text, *undecodable = json.loads(line)  # [key, null, base64]: a record not UTF-8
-            raw = (base64.b64decode(undecodable[0]) if undecodable
-                   else (text or "").encode("utf-8", errors="surrogatepass"))
+            _, text, undecodable = sqlite_reader.payload_record(line)
+            raw = undecodable if undecodable is not None else (text or "").encode("utf-8", errors="surrogatepass")
             record = _record(raw) if raw else None
             if match(record) if record is not None else match.mentioned(raw):
                 changed = True

@@ -115,18 +115,9 @@ def split_lines(
     except pa.ArrowInvalid:
         strings, invalid = None, _invalid_utf8(texts, keep)
     for i in invalid:
-        raw = bytes(data[starts[i] : starts[i + 1]]).rstrip(b"\r\n")
         keep[i] = False
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            detail = f"invalid UTF-8 at byte {exc.start} of the line: {exc.reason}"
-        rejected.append(
-            Rejected(
-                int(line_numbers[i]), int(byte_offsets[i]), "invalid_utf8", detail,
-                raw.decode("utf-8", errors="backslashreplace"), raw,
-            )
-        )
+        rejected.append(invalid_utf8(int(line_numbers[i]), int(byte_offsets[i]),
+                                     bytes(data[starts[i] : starts[i + 1]]).rstrip(b"\r\n")))
 
     numbers, offsets = arrowcols.ints(line_numbers), arrowcols.ints(byte_offsets)
     if keep.all():
@@ -138,6 +129,18 @@ def split_lines(
     # Record batches let DuckDB's Arrow scan spread the JSON work over every core.
     table = pa.Table.from_batches(table.to_batches(max_chunksize=BATCH_ROWS), schema=LINES_SCHEMA)
     return Split(lines=table, rejected=rejected, n_lines=n, consumed=consumed, tail=tail)
+
+
+def invalid_utf8(line_number: int, byte_offset: int | None, raw: bytes, what: str = "line") -> Rejected:
+    """The ``invalid_utf8`` reject of ``raw`` (a line, or a SQLite record): where its first bad
+    byte is, its text with the bad bytes escaped, and the bytes themselves."""
+    try:
+        raw.decode("utf-8")
+        detail = "invalid UTF-8"
+    except UnicodeDecodeError as exc:
+        detail = f"invalid UTF-8 at byte {exc.start} of the {what}: {exc.reason}"
+    return Rejected(line_number, byte_offset, "invalid_utf8", detail, raw.decode("utf-8", errors="backslashreplace"),
+                    raw)
 
 
 def find_newlines(data: np.ndarray) -> np.ndarray:

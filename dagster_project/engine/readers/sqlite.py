@@ -32,7 +32,7 @@ from dagster_project.engine.readers import FileView, Unit, finish, stat_signatur
 from dagster_project.settings import Settings
 from transforms import arrowcols
 from transforms.classify import q
-from transforms.lines import LINES_SCHEMA, Rejected
+from transforms.lines import LINES_SCHEMA, Rejected, invalid_utf8
 from transforms.spec import SqliteTable
 
 LOCK_WAIT_SECONDS = 5.0
@@ -53,13 +53,14 @@ def signature(view: FileView) -> dict:
     return sig
 
 
-def text_sha(text: str | None) -> str:
-    return hashlib.sha256((text if text is not None else "null").encode("utf-8", errors="surrogatepass")).hexdigest()
-
-
 def record_sha(raw: bytes | None) -> str:
-    """``text_sha`` of a record read as bytes: the same digest for UTF-8 text."""
+    """The sha256 a record is compared by: of its bytes (a NULL record as ``null``)."""
     return hashlib.sha256(raw if raw is not None else b"null").hexdigest()
+
+
+def text_sha(text: str | None) -> str:
+    """``record_sha`` of a record's text."""
+    return record_sha(text.encode("utf-8", errors="surrogatepass") if text is not None else None)
 
 
 def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], dict[int, str]]) -> list[Unit]:
@@ -205,27 +206,24 @@ def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table,
                              "byte_offset": pa.nulls(len(good), pa.int64()),
                              "text": arrowcols.strings([r[1] if r[1] is not None else "null" for r in good],
                                                        pa.large_string())}, LINES_SCHEMA)
-    rejects = [Rejected(k, None, "invalid_utf8", _invalid_detail(bad), bad.decode("utf-8", errors="backslashreplace"),
-                        bad) for k, _, bad, _ in rows if bad is not None]
+    rejects = [invalid_utf8(k, None, bad, "record") for k, _, bad, _ in rows if bad is not None]
     return table, rejects, len(rows)
 
 
+def payload_record(line: str | bytes) -> tuple[int, str | None, bytes | None]:
+    """(key, text, undecodable bytes) of one line of a rows payload: ``[key, text]``, or
+    ``[key, null, base64 of its bytes]`` for a record that is not UTF-8."""
+    key, text, *bad = json.loads(line)
+    return key, text, base64.b64decode(bad[0]) if bad else None
+
+
 def _payload_rows(data) -> Iterator[tuple[int, str | None, bytes | None]]:
-    """(key, text, undecodable bytes) of each record of a rows payload."""
+    """``payload_record`` of each record of a rows payload."""
     # one record a line, ended by "\n" only (JSON escapes it in strings; str.splitlines also ends
     # lines at U+2028, U+2029 and U+0085, which a record may hold unescaped)
     for line in bytes(data).decode("utf-8", errors="surrogatepass").split("\n"):
         if line:
-            key, text, *bad = json.loads(line)
-            yield key, text, base64.b64decode(bad[0]) if bad else None
-
-
-def _invalid_detail(raw: bytes) -> str:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"invalid UTF-8 at byte {exc.start} of the record: {exc.reason}"
-    return "invalid UTF-8"
+            yield payload_record(line)
 
 
 def key_hashes(table: pa.Table, rejects: list[Rejected], parsed=None) -> Iterator[tuple[int, str]]:

@@ -271,24 +271,49 @@ def test_each_array_element_is_found_at_its_byte_offset():
     assert all(data[offset:offset + len(text.encode())] == text.encode() for _, offset, text in found)
 
 
-def test_an_array_element_too_deep_or_too_long_for_python_is_accounted_not_fatal(settings):
+def test_an_array_element_too_deep_or_too_long_for_python_is_read(settings):
     """Elements are delimited with Python's JSON decoder: an element nested deeper than its
-    recursion limit raised RecursionError and the source's ingest failed on every run (now the
-    file is quarantined whole, as any array it cannot read), and one holding an integer of more
-    than 4,300 digits cost the whole file (the element is valid JSON and is read now)."""
+    recursion limit raised RecursionError and the source's ingest failed on every run (later the
+    file was quarantined whole), and one holding an integer of more than 4,300 digits cost the
+    whole file. Both are valid JSON: the deep one is delimited by its brackets, and both load."""
     from dagster_project.engine import check_accounting
 
     folder = settings.raw_dir / "weighted"
     folder.mkdir(parents=True)
     good = {"query": "q1", "response": "r1", "feedback": None, "weight": 3.0, "timestamp": "2026-01-05T10:00:00Z"}
-    deep = json.dumps(good)[:-1] + ', "tags": ' + "[" * 3000 + "]" * 3000 + "}"
+    deep = json.dumps({**good, "query": "q0"})[:-1] + ', "tags": ' + "[" * 3000 + "]" * 3000 + "}"
     (folder / "training_queue_old.jsonl").write_text("[" + json.dumps(good) + ", " + deep + "]")
     huge = json.dumps({**good, "query": "q2"})[:-1] + ', "n": ' + "9" * 5000 + "}"
     (folder / "training_queue_older.jsonl").write_text("[" + json.dumps({**good, "query": "q3"}) + ", " + huge + "]")
     con, _ = ingest(settings, sources=["weighted_queue"])
-    assert rows(con, "select path, reason from ingest.quarantine") == [
-        ("weighted/training_queue_old.jsonl", "corrupt_file")]
-    assert rows(con, "select query from raw.weighted_queue order by query") == [("q2",), ("q3",)]
+    assert rows(con, "select path, reason from ingest.quarantine") == []
+    assert rows(con, "select query, line_number from raw.weighted_queue order by query") == [
+        ("q0", 2), ("q1", 1), ("q2", 2), ("q3", 1)]
+    check_accounting(con)
+
+
+def test_an_unreadable_array_element_is_quarantined_alone(settings):
+    """One element that is not JSON (a hand edit: single quotes, a trailing comma inside it) cost
+    the whole file (``corrupt_file``). Its quotes and brackets still close, so it is one element:
+    quarantined with its number and offset, and the elements around it load. Brackets that do
+    not close still make the file unreadable."""
+    from dagster_project.engine import check_accounting
+
+    folder = settings.raw_dir / "weighted"
+    folder.mkdir(parents=True)
+    good = {"query": "q1", "response": "r1", "feedback": None, "weight": 3.0, "timestamp": "2026-01-05T10:00:00Z"}
+    text = ("[" + json.dumps(good) + ", {'query': 'q2', 'weight': 1}, " + json.dumps({**good, "query": "q3,]"})[:-1]
+            + ",}, " + json.dumps({**good, "query": "q4"}) + "]")
+    (folder / "training_queue_old.jsonl").write_text(text)
+    (folder / "training_queue_older.jsonl").write_text("[" + json.dumps(good) + ", {\"query\": [}]")
+    con, _ = ingest(settings, sources=["weighted_queue"])
+    second = text.index("{'query'")
+    third = text.index('{"query": "q3')
+    assert rows(con, "select path, line_number, byte_offset, reason from ingest.quarantine order by path, line_number") == [
+        ("weighted/training_queue_old.jsonl", 2, second, "invalid_json"),
+        ("weighted/training_queue_old.jsonl", 3, third, "invalid_json"),
+        ("weighted/training_queue_older.jsonl", 1, 0, "corrupt_file")]
+    assert rows(con, "select query, line_number from raw.weighted_queue order by query") == [("q1", 1), ("q4", 4)]
     check_accounting(con)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -89,10 +90,15 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             return
         try:
             _, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"element {n + 1}: {exc.msg} at character {exc.pos}") from exc
-        except RecursionError:
-            raise ValueError(f"element {n + 1}: nested too deep to read, at character {i}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            # an element Python cannot read (not JSON, or nested deeper than its recursion limit)
+            # is still one element when its brackets and quotes close: the classifier reads it
+            # (DuckDB has no depth limit) or quarantines it alone, and the others load
+            end = value_end(text, i)
+            if end is None:
+                detail = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) \
+                    else f"nested too deep to read, at character {i}"
+                raise ValueError(f"element {n + 1}: {detail}") from None
         n += 1
         at_byte += len(text[at_char:i].encode("utf-8"))
         at_char = i
@@ -106,3 +112,38 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             continue
         else:
             raise ValueError(f"expected ',' or ']' at character {i}")
+
+
+_STRING_END = re.compile(r'(?:[^"\\]|\\.)*"', re.S)  # the rest of a string after its opening quote
+_STRUCTURE = re.compile(r'["{}\[\]]')  # what changes the depth, or starts a string
+_SCALAR_END = re.compile(r"[,\]\s]")
+_CLOSES = {"{": "}", "[": "]"}
+
+
+def value_end(text: str, i: int) -> int | None:
+    """Where the JSON value starting at ``i`` ends, from its quotes and brackets alone (nothing
+    in between is checked, and no depth is too deep); None when they do not close (or close the
+    wrong kind) before the text ends."""
+    if text.startswith('"', i):
+        found = _STRING_END.match(text, i + 1)
+        return found.end() if found else None
+    if i >= len(text) or text[i] not in _CLOSES:
+        found = _SCALAR_END.search(text, i)
+        return found.start() if found and found.start() > i else None
+    expected = [_CLOSES[text[i]]]
+    j = i + 1
+    while expected:
+        found = _STRUCTURE.search(text, j)
+        if found is None:
+            return None
+        c, j = found.group(), found.end()
+        if c == '"':
+            string = _STRING_END.match(text, j)
+            if string is None:
+                return None
+            j = string.end()
+        elif c in _CLOSES:
+            expected.append(_CLOSES[c])
+        elif c != expected.pop():
+            return None
+    return j

@@ -38,6 +38,7 @@ import duckdb
 from dagster_project.engine import bronze as bronze_mod
 from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.settings import Settings
+from transforms.jsontext import shallow
 from transforms.pseudonyms import load_or_create_key, opaque_session_id, pseudonym, session_pseudonym
 from transforms.spec import SourceSpec
 
@@ -75,8 +76,8 @@ def _value(record: dict, path: str):
     for part in path.split("."):
         if isinstance(value, str):  # a JSON document held as a string (the eventlog's data)
             try:
-                value = json.loads(value, parse_int=_int_or_zero)
-            except (ValueError, RecursionError):
+                value = _loads(value)
+            except ValueError:
                 return None
         if not isinstance(value, dict):
             return None
@@ -193,16 +194,46 @@ def retention_cutoff(settings: Settings, spec: SourceSpec) -> datetime | None:
 # --------------------------------------------------------------------------- payloads
 
 
-def _record(text: bytes) -> dict | None:
-    """The record, or None when Python cannot read it (the filters then keep it): not JSON, or
-    nested deeper than its recursion limit (DuckDB reads it). Bytes that are not UTF-8 are read
-    with replacement characters: the classifier quarantines such a line, and its subject or
-    time still decides whether it is erased or expires."""
+class _Shallow(dict):
+    """A record read without what lies deeper than ``SHALLOW_DEPTH`` (``jsontext.shallow``)."""
+
+
+# The fields the filters read (subjects, times, ids) lie near a record's top; Python's parser
+# recurses once a level and gives up past ~1,000.
+SHALLOW_DEPTH = 64
+
+
+def _loads(text: str):
+    """``json.loads``; a document nested deeper than Python's recursion limit (valid: DuckDB
+    reads it) is read without its levels past ``SHALLOW_DEPTH``, as a ``_Shallow`` when a
+    dict. ValueError when it is not JSON."""
     try:
-        value = json.loads(text.decode("utf-8", errors="replace").lstrip("\ufeff"), parse_int=_int_or_zero)
+        return json.loads(text, parse_int=_int_or_zero)
+    except RecursionError:
+        value = json.loads(shallow(text, SHALLOW_DEPTH), parse_int=_int_or_zero)
+        return _Shallow(value) if isinstance(value, dict) else value
+
+
+def _record(text: bytes) -> dict | None:
+    """The record, or None when it is not a JSON object (the filters then keep it, but for a
+    mention of the subject at erase time). Bytes that are not UTF-8 are read with replacement
+    characters: the classifier quarantines such a line, and its subject or time still decides
+    whether it is erased or expires. A record nested deeper than Python's recursion limit is
+    read down to ``SHALLOW_DEPTH`` levels: before, the filters could not read it and kept it, so
+    an erased subject's such record was ingested again and an expired one never went."""
+    try:
+        value = _loads(text.decode("utf-8", errors="replace").lstrip("\ufeff"))
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def _goes(match: "Matcher", record: dict | None, raw: bytes) -> bool:
+    """Whether ``match`` removes the record read from ``raw``: by its fields, or (what cannot be
+    read whole) by a mention of the subject in its bytes."""
+    if record is None:
+        return match.mentioned(raw)
+    return match(record) or (isinstance(record, _Shallow) and match.mentioned(raw))
 
 
 def _int_or_zero(digits: str) -> int:
@@ -222,7 +253,7 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
         for line in re.findall(rb"[^\n]*\n|[^\n]+$", bytes(data)):  # lines as the reader splits them
             body = line.rstrip(b"\r\n")
             record = _record(body) if body.strip() else None
-            if match(record) if record is not None else match.mentioned(body):
+            if _goes(match, record, body):
                 line = b" " * len(body) + line[len(body):]  # same length: offsets and line count hold
                 changed = True
             out.append(line)
@@ -233,7 +264,7 @@ def scrub_payload(kind: str, data: bytes, match: Matcher) -> bytes:
             _, text, undecodable = sqlite_reader.payload_record(line)
             raw = undecodable if undecodable is not None else (text or "").encode("utf-8", errors="surrogatepass")
             record = _record(raw) if raw else None
-            if match(record) if record is not None else match.mentioned(raw):
+            if _goes(match, record, raw):
                 changed = True
                 continue
             out.append(line)

@@ -621,8 +621,9 @@ def test_a_rating_already_expired_when_first_read_reaches_neither_bronze_nor_raw
 def test_a_record_too_deep_or_too_long_for_python_passes_the_privacy_filters(settings):
     """The retention filter (on by default) reads each new record with Python's JSON parser: a
     record nested deeper than its recursion limit raised RecursionError and the source's ingest
-    failed on every run; it is unreadable to the filter now and kept, as DuckDB reads it. One
-    holding an integer of more than 4,300 digits is read too (it was kept before as unreadable)."""
+    failed on every run; the filter reads it down to 64 levels now, and keeps it (it is not
+    expired), as DuckDB reads it. One holding an integer of more than 4,300 digits is read too
+    (it was kept before as unreadable)."""
     from dataclasses import replace
     from datetime import date
 
@@ -643,6 +644,43 @@ def test_a_record_too_deep_or_too_long_for_python_passes_the_privacy_filters(set
     con, _ = ingest(windowed, "run-2", sources=["session_ratings"])  # the retention pass reads them
     assert rows(con, "select count(*) from raw.session_ratings") == [(3,)]
     con.close()
+
+
+def test_a_record_too_deep_for_python_is_still_erased_or_expired():
+    """The filters read records with Python's JSON parser, which gives up past ~1,000 levels of
+    nesting: such a record (valid: DuckDB loads it) was kept unread, so an erased session's
+    record came back with each new file and an expired rating never went. It is read down to
+    64 levels now: its subject and time decide, and at erase time a mention of the subject in
+    the part cut off still removes it."""
+    from datetime import datetime, timezone
+
+    from dagster_project import privacy
+    from dagster_project.sources.interactions import SOURCE as INTERACTIONS
+    from dagster_project.sources.session_ratings import SOURCE as RATINGS
+
+    def deep(record: dict, inner: str = "") -> bytes:
+        return (json.dumps(record)[:-1] + ', "x": ' + "[" * 3000 + inner + "]" * 3000 + "}").encode()
+
+    gone, kept = "sess-erased", "sess-kept"
+    lines = [deep({"id": "i1", "session_id": gone}), deep({"id": "i2", "session_id": kept}),
+             json.dumps({"id": "i3", "session_id": gone}).encode()]
+    payload = b"\n".join(lines) + b"\n"
+    erased = privacy.Matcher(INTERACTIONS, b"k", privacy.subject_keys(b"k", "session", gone))
+    out = privacy.scrub_payload("span", payload, erased).split(b"\n")
+    assert [line.strip() == b"" for line in out[:3]] == [True, False, True]
+    assert erased.removed == 2 and erased.values == {"i1", "i3"}
+
+    mention = privacy.Matcher(INTERACTIONS, b"k", set(), None, mention=gone)
+    named_deep_down = deep({"id": "i4", "session_id": kept}, json.dumps(f"archive {gone}"))
+    assert privacy.scrub_payload("span", named_deep_down + b"\n", mention).strip() == b""
+
+    cutoff = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    expiring = privacy.Matcher(RATINGS, b"k", set(), cutoff)
+    old = deep({"id": "r1", "recorded_at": "2026-02-06T10:00:00Z"})
+    young = deep({"id": "r2", "recorded_at": "2026-03-06T10:00:00Z"})
+    out = privacy.scrub_payload("span", old + b"\n" + young + b"\n", expiring).split(b"\n")
+    assert [line.strip() == b"" for line in out[:2]] == [True, False]
+    assert expiring.oldest_kept == datetime(2026, 3, 6, 10, tzinfo=timezone.utc)
 
 
 def test_the_privacy_filters_read_numbers_odd_bytes_and_24_00_and_a_damaged_cache(settings):

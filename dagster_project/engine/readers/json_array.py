@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -13,6 +12,7 @@ import pyarrow as pa
 from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
 from dagster_project.settings import Settings
 from transforms import arrowcols
+from transforms.jsontext import value_end
 from transforms.lines import LINES_SCHEMA, Rejected
 
 
@@ -113,37 +113,3 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
         else:
             raise ValueError(f"expected ',' or ']' at character {i}")
 
-
-_STRING_END = re.compile(r'(?:[^"\\]|\\.)*"', re.S)  # the rest of a string after its opening quote
-_STRUCTURE = re.compile(r'["{}\[\]]')  # what changes the depth, or starts a string
-_SCALAR_END = re.compile(r"[,\]\s]")
-_CLOSES = {"{": "}", "[": "]"}
-
-
-def value_end(text: str, i: int) -> int | None:
-    """Where the JSON value starting at ``i`` ends, from its quotes and brackets alone (nothing
-    in between is checked, and no depth is too deep); None when they do not close (or close the
-    wrong kind) before the text ends."""
-    if text.startswith('"', i):
-        found = _STRING_END.match(text, i + 1)
-        return found.end() if found else None
-    if i >= len(text) or text[i] not in _CLOSES:
-        found = _SCALAR_END.search(text, i)
-        return found.start() if found and found.start() > i else None
-    expected = [_CLOSES[text[i]]]
-    j = i + 1
-    while expected:
-        found = _STRUCTURE.search(text, j)
-        if found is None:
-            return None
-        c, j = found.group(), found.end()
-        if c == '"':
-            string = _STRING_END.match(text, j)
-            if string is None:
-                return None
-            j = string.end()
-        elif c in _CLOSES:
-            expected.append(_CLOSES[c])
-        elif c != expected.pop():
-            return None
-    return j

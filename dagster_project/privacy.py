@@ -233,7 +233,12 @@ def _goes(match: "Matcher", record: dict | None, raw: bytes) -> bool:
     read whole) by a mention of the subject in its bytes."""
     if record is None:
         return match.mentioned(raw)
-    return match(record) or (isinstance(record, _Shallow) and match.mentioned(raw))
+    try:
+        return match(record) or (isinstance(record, _Shallow) and match.mentioned(raw))
+    except RecursionError:  # read whole, just too deep to write out again for the mention check
+        shallow_record = _Shallow(json.loads(shallow(raw.decode("utf-8", errors="replace").lstrip("\ufeff"),
+                                                     SHALLOW_DEPTH), parse_int=_int_or_zero))
+        return match(shallow_record) or match.mentioned(raw)
 
 
 def _int_or_zero(digits: str) -> int:

@@ -673,6 +673,15 @@ def test_a_record_too_deep_for_python_is_still_erased_or_expired():
     mention = privacy.Matcher(INTERACTIONS, b"k", set(), None, mention=gone)
     named_deep_down = deep({"id": "i4", "session_id": kept}, json.dumps(f"archive {gone}"))
     assert privacy.scrub_payload("span", named_deep_down + b"\n", mention).strip() == b""
+    # a record read whole (just within Python's limit) whose mention check (json.dumps, a few
+    # frames deeper) raised RecursionError; built here, as where parsing stops is not exact
+    nested: list = []
+    for _ in range(sys.getrecursionlimit() + 100):
+        nested = [nested]
+    record = {"id": "i5", "session_id": gone, "x": nested}
+    raw = (json.dumps({"id": "i5", "session_id": gone})[:-1] + ', "x": ' + "[" * 5000 + "]" * 5000 + "}").encode()
+    both = privacy.Matcher(INTERACTIONS, b"k", privacy.subject_keys(b"k", "session", gone), None, mention=gone)
+    assert privacy._goes(both, record, raw) and both.removed == 1 and both.values == {"i5"}
 
     cutoff = datetime(2026, 3, 1, tzinfo=timezone.utc)
     expiring = privacy.Matcher(RATINGS, b"k", set(), cutoff)

@@ -293,27 +293,30 @@ def test_an_array_element_too_deep_or_too_long_for_python_is_read(settings):
 
 
 def test_an_unreadable_array_element_is_quarantined_alone(settings):
-    """One element that is not JSON (a hand edit: single quotes, a trailing comma inside it) cost
-    the whole file (``corrupt_file``). Its quotes and brackets still close, so it is one element:
-    quarantined with its number and offset, and the elements around it load. Brackets that do
-    not close still make the file unreadable."""
+    """One element that is not JSON (a hand edit: single quotes, a trailing comma inside it, a
+    leading zero) cost the whole file (``corrupt_file``). Its quotes (single ones too) and
+    brackets still close, so it is one element: quarantined with its number and offset, and the
+    elements around it load; a record written inside a single-quoted string stays that string's
+    text. Brackets that do not close still make the file unreadable."""
     from dagster_project.engine import check_accounting
 
     folder = settings.raw_dir / "weighted"
     folder.mkdir(parents=True)
     good = {"query": "q1", "response": "r1", "feedback": None, "weight": 3.0, "timestamp": "2026-01-05T10:00:00Z"}
+    hidden = json.dumps({**good, "query": "hidden"})
     text = ("[" + json.dumps(good) + ", {'query': 'q2', 'weight': 1}, " + json.dumps({**good, "query": "q3,]"})[:-1]
-            + ",}, " + json.dumps({**good, "query": "q4"}) + "]")
+            + ",}, 'a note, " + hidden + ", end', 01, " + json.dumps({**good, "query": "q4"}) + "]")
     (folder / "training_queue_old.jsonl").write_text(text)
     (folder / "training_queue_older.jsonl").write_text("[" + json.dumps(good) + ", {\"query\": [}]")
     con, _ = ingest(settings, sources=["weighted_queue"])
-    second = text.index("{'query'")
-    third = text.index('{"query": "q3')
+    at = [text.index(s) for s in ("{'query'", '{"query": "q3', "'a note")] + [text.index(", 01,") + 2]
     assert rows(con, "select path, line_number, byte_offset, reason from ingest.quarantine order by path, line_number") == [
-        ("weighted/training_queue_old.jsonl", 2, second, "invalid_json"),
-        ("weighted/training_queue_old.jsonl", 3, third, "invalid_json"),
+        ("weighted/training_queue_old.jsonl", 2, at[0], "invalid_json"),
+        ("weighted/training_queue_old.jsonl", 3, at[1], "invalid_json"),
+        ("weighted/training_queue_old.jsonl", 4, at[2], "invalid_json"),  # the record inside the quotes stays text
+        ("weighted/training_queue_old.jsonl", 5, at[3], "invalid_json"),
         ("weighted/training_queue_older.jsonl", 1, 0, "corrupt_file")]
-    assert rows(con, "select query, line_number from raw.weighted_queue order by query") == [("q1", 1), ("q4", 4)]
+    assert rows(con, "select query, line_number from raw.weighted_queue order by query") == [("q1", 1), ("q4", 6)]
     check_accounting(con)
 
 

@@ -10,31 +10,36 @@ from __future__ import annotations
 
 import re
 
-_STRING_END = re.compile(r'(?:[^"\\]|\\.)*"', re.S)  # the rest of a string after its opening quote
-_STRUCTURE = re.compile(r'["{}\[\]]')  # what changes the depth, or starts a string
-_SCALAR_END = re.compile(r"[,\]\s]")
+_STRING_END = {  # the rest of a string after its opening quote (single quotes: not JSON, but written)
+    '"': re.compile(r'(?:[^"\\]|\\.)*"', re.S), "'": re.compile(r"(?:[^'\\]|\\.)*'", re.S)}
+_STRUCTURE = {'"': re.compile(r'["{}\[\]]'), "\"'": re.compile(r"[\"'{}\[\]]")}  # depth changes, strings
+_SCALAR_END = re.compile(r"[,\] \t\r\n]")  # JSON's white space only
 _CLOSES = {"{": "}", "[": "]"}
 
 
-def value_end(text: str, i: int) -> int | None:
+def value_end(text: str, i: int, quotes: str = '"') -> int | None:
     """Where the JSON value starting at ``i`` ends, from its quotes and brackets alone (nothing
     in between is checked, and no depth is too deep); None when they do not close (or close the
-    wrong kind) before the text ends."""
-    if text.startswith('"', i):
-        found = _STRING_END.match(text, i + 1)
+    wrong kind) before the text ends. ``quotes``: the characters that open a string (``"'"`` too
+    for text that is not JSON: a comma or bracket inside single quotes is not a boundary); a
+    value that is no string, object or array must hold none of them (where it ends is not known)."""
+    if i < len(text) and text[i] in quotes:
+        found = _STRING_END[text[i]].match(text, i + 1)
         return found.end() if found else None
     if i >= len(text) or text[i] not in _CLOSES:
         found = _SCALAR_END.search(text, i)
-        return found.start() if found and found.start() > i else None
+        end = found.start() if found else len(text)
+        return end if end > i and not any(c in text[i:end] for c in quotes) else None
     expected = [_CLOSES[text[i]]]
+    structure = _STRUCTURE[quotes]
     j = i + 1
     while expected:
-        found = _STRUCTURE.search(text, j)
+        found = structure.search(text, j)
         if found is None:
             return None
         c, j = found.group(), found.end()
-        if c == '"':
-            string = _STRING_END.match(text, j)
+        if c in quotes:
+            string = _STRING_END[c].match(text, j)
             if string is None:
                 return None
             j = string.end()
@@ -47,12 +52,13 @@ def value_end(text: str, i: int) -> int | None:
 
 def shallow(text: str, depth: int = 64) -> str:
     """``text`` with each object or array nested deeper than ``depth`` levels replaced by
-    ``null``; the rest byte for byte. ValueError when its quotes or brackets do not close."""
+    ``null``; the rest byte for byte. ValueError when a string or a cut value does not close;
+    other damage is left to the JSON parser that reads the result."""
     out, start, level, i = [], 0, 0, 0
-    while (found := _STRUCTURE.search(text, i)) is not None:
+    while (found := _STRUCTURE['"'].search(text, i)) is not None:
         c, at = found.group(), found.start()
         if c == '"':
-            string = _STRING_END.match(text, at + 1)
+            string = _STRING_END['"'].match(text, at + 1)
             if string is None:
                 raise ValueError(f"a string that does not end, at character {at}")
             i = string.end()

@@ -90,11 +90,14 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             return
         try:
             _, end = decoder.raw_decode(text, i)
+            if not text[end:].lstrip(" \t\r\n").startswith((",", "]")):  # a valid start, then more (``01``)
+                raise json.JSONDecodeError("unexpected text after a value", text, end)
         except (json.JSONDecodeError, RecursionError) as exc:
             # an element Python cannot read (not JSON, or nested deeper than its recursion limit)
-            # is still one element when its brackets and quotes close: the classifier reads it
-            # (DuckDB has no depth limit) or quarantines it alone, and the others load
-            end = value_end(text, i)
+            # is still one element when its brackets and quotes (single quotes too) close: the
+            # classifier reads it (DuckDB has no depth limit) or quarantines it alone, and the
+            # others load
+            end = value_end(text, i, quotes="\"'")
             if end is None:
                 detail = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) \
                     else f"nested too deep to read, at character {i}"

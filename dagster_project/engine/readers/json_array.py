@@ -115,4 +115,3 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             continue
         else:
             raise ValueError(f"expected ',' or ']' at character {i}")
-

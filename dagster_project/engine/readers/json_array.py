@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -54,6 +55,11 @@ def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table,
     return table, [], len(found)
 
 
+# what follows an element: white space, then ',' or ']' (matched where the element ends: slicing
+# the rest of the text at each element made a large array quadratic again)
+_NEXT = re.compile(r"[ \t\r\n]*[,\]]")
+
+
 def first_byte(buf) -> bytes:
     for i in range(min(len(buf), 4096)):
         b = bytes(buf[i:i + 1])
@@ -90,7 +96,7 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             return
         try:
             _, end = decoder.raw_decode(text, i)
-            if not text[end:].lstrip(" \t\r\n").startswith((",", "]")):  # a valid start, then more (``01``)
+            if not _NEXT.match(text, end):  # a valid start, then more (``01``)
                 raise json.JSONDecodeError("unexpected text after a value", text, end)
         except (json.JSONDecodeError, RecursionError) as exc:
             # an element Python cannot read (not JSON, or nested deeper than its recursion limit)

@@ -205,13 +205,23 @@ SHALLOW_DEPTH = 64
 
 def _loads(text: str):
     """``json.loads``; a document nested deeper than Python's recursion limit (valid: DuckDB
-    reads it) is read without its levels past ``SHALLOW_DEPTH``, as a ``_Shallow`` when a
-    dict. ValueError when it is not JSON."""
+    reads it) is read without its levels past ``SHALLOW_DEPTH`` (``_shallow_loads``).
+    ValueError when it is not JSON."""
     try:
         return json.loads(text, parse_int=_int_or_zero)
     except RecursionError:
-        value = json.loads(shallow(text, SHALLOW_DEPTH), parse_int=_int_or_zero)
-        return _Shallow(value) if isinstance(value, dict) else value
+        return _shallow_loads(text)
+
+
+def _shallow_loads(text: str):
+    """``text`` read without its levels past ``SHALLOW_DEPTH``, as a ``_Shallow`` when a dict."""
+    value = json.loads(shallow(text, SHALLOW_DEPTH), parse_int=_int_or_zero)
+    return _Shallow(value) if isinstance(value, dict) else value
+
+
+def _decoded(raw: bytes) -> str:
+    """A record's text: bytes that are not UTF-8 as replacement characters, no BOM."""
+    return raw.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
 def _record(text: bytes) -> dict | None:
@@ -222,7 +232,7 @@ def _record(text: bytes) -> dict | None:
     read down to ``SHALLOW_DEPTH`` levels: before, the filters could not read it and kept it, so
     an erased subject's such record was ingested again and an expired one never went."""
     try:
-        value = _loads(text.decode("utf-8", errors="replace").lstrip("\ufeff"))
+        value = _loads(_decoded(text))
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -236,9 +246,7 @@ def _goes(match: "Matcher", record: dict | None, raw: bytes) -> bool:
     try:
         return match(record) or (isinstance(record, _Shallow) and match.mentioned(raw))
     except RecursionError:  # read whole, just too deep to write out again for the mention check
-        shallow_record = _Shallow(json.loads(shallow(raw.decode("utf-8", errors="replace").lstrip("\ufeff"),
-                                                     SHALLOW_DEPTH), parse_int=_int_or_zero))
-        return match(shallow_record) or match.mentioned(raw)
+        return match(_shallow_loads(_decoded(raw))) or match.mentioned(raw)
 
 
 def _int_or_zero(digits: str) -> int:

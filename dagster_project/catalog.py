@@ -488,7 +488,8 @@ TABLES.update({
                             "of the staging rows it read.",
     "lineage.label_changes": "The interactions each incremental labels build re-decided: the training sets' delta.",
     "lineage.prompt_keys": "Per labelled (positive/negative) interaction: prompt hashes, DPO group, "
-                           "label, time, answer hash and pseudonym, computed once per interaction version.",
+                           "label and its provenance, time, answer hash and pseudonym, computed once per "
+                           "interaction version.",
     "lineage.training_weighted_inputs": "What the last training build read of staging.weighted_examples: "
                                         "a hash of each row.",
 })
@@ -516,6 +517,9 @@ TABLE_COLUMNS.update({
     "lineage.prompt_keys.timestamp": "The interaction's time (DPO's order and pair times).",
     "lineage.prompt_keys.output_hash": "sha256 of the output text: DPO's distinct answers, compared without reading them.",
     "lineage.prompt_keys.session_pseudonym": "The session's keyed pseudonym.",
+    "lineage.prompt_keys.label_source": "Who gave the winning label (marts.interaction_labels.label_source).",
+    "lineage.prompt_keys.labeled_at": "Time of the winning event (marts.interaction_labels.labeled_at).",
+    "lineage.prompt_keys.label_was_edited": "The user edited the answer (marts.interaction_labels.was_edited).",
     "lineage.training_weighted_inputs.content_hash": "The weighted example's content hash.",
     "lineage.training_weighted_inputs.h": "hash of its whole staging row.",
 })

@@ -147,7 +147,7 @@ def _build_whole(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None
     delta.temp_keys(con, "fw_touched_interactions")
     delta.temp_keys(con, "fw_touched_weighted")
     delta.temp_keys(con, "fw_touched_groups")
-    whole = {**params, "all": True}
+    whole = {**params, "all": True, "new_keys": 0}
     run_sql(con, "exports/prompt_keys", whole, table=PROMPT_KEYS)
     _dpo_pairs(con, whole)
     for name in EXPORTS:
@@ -190,15 +190,17 @@ def _build_incremental(con: duckdb.DuckDBPyConnection, params: dict[str, Any], c
                         "select key from fw_touched_interactions")
     delta.temp_keys(con, "fw_left_groups", "select prompt_group as key from fw_old_keys")
     con.execute(f"delete from {PROMPT_KEYS} where rowid in (select rid from fw_old_keys)")
-    part = {**params, "all": False}
-    new_keys = delta.next_rowid(con, PROMPT_KEYS)
+    # the touched interactions' keys are appended from row new_keys on: sft, kto and the settled
+    # groups read them by that range
+    new_keys = int(delta.next_rowid(con, PROMPT_KEYS))
+    part = {**params, "all": False, "new_keys": new_keys}
     insert_sql(con, "exports/prompt_keys", part, table=PROMPT_KEYS)
     delta.temp_keys(con, "fw_touched_groups", f"select key from fw_left_groups union all "
-                                              f"select prompt_group as key from {PROMPT_KEYS} where rowid >= {int(new_keys)}")
+                                              f"select prompt_group as key from {PROMPT_KEYS} where rowid >= {new_keys}")
     if params["max_pairs"] is not None:
         # capped groups that only gained later answers keep their pairs: not read, not rewritten
         con.execute(f"delete from fw_touched_groups where key in ({sql_text('exports/dpo_settled_groups')}\n)",
-                    sql_params("exports/dpo_settled_groups", {**params, "new_keys": int(new_keys)}))
+                    sql_params("exports/dpo_settled_groups", part))
     _diff_dpo(con, part)
     # the other members of the new pairs (fw_interactions holds the touched ones): only dpo.sql
     # reads them (the other tables read touched ids alone), so its columns only; old rows, so

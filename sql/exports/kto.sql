@@ -6,17 +6,17 @@
 -- id or the weighted example's content hash. Retention per source relative to $as_of
 -- (NULL keeps all; weighted queue lines without a timestamp are always kept).
 -- $all: every row, else only interactions in fw_touched_interactions and weighted examples in
--- fw_touched_weighted. Interactions' split and pseudonym come from lineage.prompt_keys.
+-- fw_touched_weighted. Interactions' label, split and pseudonym come from lineage.prompt_keys
+-- (one row per interaction labelled positive or negative), read from row $new_keys on (as in
+-- sql/exports/sft.sql).
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 -- example_timestamp: when the interaction or weighted example was written; the published files
 -- are partitioned by its day, so a day's new examples are a new file.
 with labelled as (
-    select i.*, l.label, k.prompt_hash, k.has_system, k.session_pseudonym
+    select i.*, k.label, k.prompt_hash, k.has_system, k.session_pseudonym
     from fw_interactions as i
-    join marts.interaction_labels as l on l.interaction_id = i.id
     join lineage.prompt_keys as k on k.id = i.id
-    where l.label in ('positive', 'negative')
-        and ($all or i.id in (select key from fw_touched_interactions))
+    where ($all or (k.rowid >= $new_keys and i.id in (select key from fw_touched_interactions)))
         and ($interactions_retention_days is null
             or i."timestamp" >= timezone('UTC', $as_of::date::timestamp
                                          - to_days($interactions_retention_days::integer)))

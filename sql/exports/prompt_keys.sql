@@ -10,6 +10,10 @@
 --   label         the final label (positive or negative), timestamp the interaction's, and
 --   output_hash   sha256(output_text): with them DPO pairs a group's members (sql/exports/
 --                 dpo_pairs.sql) without reading their texts; equal hashes are equal bytes
+--   label_source, labeled_at, label_was_edited   the final label's provenance (SFT publishes
+--                 it): with label, all sft and kto read of marts.interaction_labels, so an
+--                 incremental build reads the touched interactions' labels here, among the
+--                 rows it has just appended, instead of matching every id of the labels mart
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
 -- $all: every labelled interaction, else only those in fw_touched_interactions.
 with labelled as materialized (
@@ -18,6 +22,9 @@ with labelled as materialized (
         i.session_id,
         i."timestamp",
         l.label,
+        l.label_source,
+        l.labeled_at,
+        l.was_edited as label_was_edited,
         sha256(i.output_text) as output_hash,
         fw_norm(i.input_text) as norm_prompt,
         fw_norm(i.context) as norm_context
@@ -43,6 +50,9 @@ select
     l.label,
     l."timestamp",
     l.output_hash,
-    s.session_pseudonym
+    s.session_pseudonym,
+    l.label_source,
+    l.labeled_at,
+    l.label_was_edited
 from labelled as l
 left join sessions as s on s.session_id = l.session_id

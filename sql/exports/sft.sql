@@ -6,21 +6,23 @@
 -- Retention: interactions at or after ($as_of 00:00 UTC - $interactions_retention_days days);
 -- NULL keeps all. $all: every interaction, else only those in fw_touched_interactions.
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
+-- The label and its provenance come from lineage.prompt_keys (a copy of the labels mart's, one
+-- row per labelled interaction); an incremental build appended the touched interactions' keys
+-- from row $new_keys on, so it reads that range, not every row (0 for a whole build).
 with labelled as (
     select
         i.*,
-        l.label_source,
-        l.labeled_at,
-        l.was_edited as label_was_edited,
+        k.label_source,
+        k.labeled_at,
+        k.label_was_edited,
         k.prompt_hash,
         k.has_system,
         k.session_pseudonym
     from fw_interactions as i
-    join marts.interaction_labels as l on l.interaction_id = i.id
     join lineage.prompt_keys as k on k.id = i.id
-    where l.label = 'positive'
+    where k.label = 'positive'
         and i.was_accepted
-        and ($all or i.id in (select key from fw_touched_interactions))
+        and ($all or (k.rowid >= $new_keys and i.id in (select key from fw_touched_interactions)))
         and ($interactions_retention_days is null
             or i."timestamp" >= timezone('UTC', $as_of::date::timestamp
                                          - to_days($interactions_retention_days::integer)))

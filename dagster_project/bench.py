@@ -265,9 +265,12 @@ def phase_pipeline(settings, full_refresh: bool, through: str) -> dict:
     the clock stops (``describe_run``: reading ~360 events back cost a no-op ~0.25 s)."""
     from rich.console import Console
 
-    from dagster_project.definitions import load_definitions
-    from dagster_project.pipeline import run_pipeline
-    from dagster_project.publishing.snapshot import current_version
+    from dagster_project import uncollected
+
+    with uncollected():  # as flywheel run imports the pipeline
+        from dagster_project.definitions import load_definitions
+        from dagster_project.pipeline import run_pipeline
+        from dagster_project.publishing.snapshot import current_version
 
     selection = None
     if through == "staging":
@@ -354,7 +357,10 @@ def _main(argv: list[str]) -> None:
     started = time.perf_counter()
     phase, out_file = argv[0], Path(argv[1])
     if phase == "startup":
-        import dagster_project.definitions  # noqa: F401  (what every run pays before its first step)
+        from dagster_project import uncollected
+
+        with uncollected():  # as flywheel run imports the pipeline
+            import dagster_project.definitions  # noqa: F401  (what every run pays before its first step)
 
         result: dict = {}
     else:

@@ -65,8 +65,11 @@ def _check_source(con: duckdb.DuckDBPyConnection, source: str | None) -> None:
 
 def _run(settings: Settings, **kwargs):
     """run_pipeline, with what can go wrong before the first step as one line each."""
-    from dagster_project.pipeline import run_pipeline
-    from dagster_project.state import WarehouseBusy
+    from dagster_project import uncollected
+
+    with uncollected():
+        from dagster_project.pipeline import run_pipeline
+        from dagster_project.state import WarehouseBusy
 
     try:
         return run_pipeline(settings, verbose=VERBOSE["on"], **kwargs)

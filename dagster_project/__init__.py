@@ -21,16 +21,18 @@ def uncollected() -> Iterator[None]:
     """Python's cyclic garbage collector off while the block imports the pipeline (Dagster, Great
     Expectations, DuckDB's and pyarrow's bindings), then what it created frozen (``gc.freeze``).
 
-    Those ~250,000 objects live as long as the process, yet the collector walked them over and
-    over while they were being created (four full collections) and again in every later full
-    one: 0.37 s of CPU per run on the bench's 1M lake, no-op or not, of which 0.05-0.06 s is
-    left (the no-op 3.74 -> 3.42 s and the +1% run 5.58 -> 5.10 s, medians of six rounds
-    interleaved with the code before).
-    Only process entry points use it (``flywheel run``, the bench's phases), and only for the
-    first import of Dagster in the process: a process that has it already (a test calling the
-    command in process) is left as it is, as is a collector someone else turned off. The run
-    itself collects as usual. At exit the frozen objects are handed back to the collector, so
-    they are finalised as usual (nanobind reports DuckDB's as leaked otherwise)."""
+    Those ~250,000 objects live as long as the process, yet the collector walked them
+    over and over while they were being created (four full collections) and again in every
+    later full one: 0.37 s of CPU per run on the bench's 1M lake, no-op or not, of which
+    0.05-0.06 s is left (the no-op 3.74 -> 3.42 s and the +1% run 5.58 -> 5.10 s, medians of six
+    rounds interleaved with the code before). The import leaves ~650 objects of cyclic garbage,
+    frozen with the rest until exit: collecting them first would cost a full collection (0.15 s).
+    Process entry points use it (``flywheel run``, the bench's phases), and only the first
+    import of Dagster in a process pauses the collector: a process that imported it before is
+    left as it is, as is a collector someone else turned off (a test process whose first run of
+    the command is in process freezes what it holds then, its cyclic garbage included, until
+    exit). The run itself collects as usual. At exit the frozen objects are handed back to the
+    collector, so they are finalised as usual (nanobind reports DuckDB's as leaked otherwise)."""
     if "dagster" in sys.modules or not gc.isenabled():
         yield
         return

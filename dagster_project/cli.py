@@ -67,7 +67,8 @@ def _run(settings: Settings, **kwargs):
     """run_pipeline, with what can go wrong before the first step as one line each."""
     from dagster_project import uncollected
 
-    with uncollected():
+    with uncollected():  # the run loads the definitions: imported here, with the pipeline
+        import dagster_project.definitions  # noqa: F401
         from dagster_project.pipeline import run_pipeline
         from dagster_project.state import WarehouseBusy
 

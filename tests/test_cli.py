@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import duckdb
 import pytest
@@ -252,37 +253,39 @@ def test_flywheel_entry_point_is_installed():
     assert exe.returncode == 0 and "quarantine" in exe.stdout
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` run by a Python process of its own (the garbage collector is process-wide)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
+
+
 def test_a_run_imports_the_pipeline_uncollected_once_and_exits_clean():
     """``flywheel run`` (``cli._run``) imports Dagster with the garbage collector off
     (``uncollected``): what that created is frozen, the collector is back on for the run (also
     when the block raises), a second use freezes nothing, and at exit the frozen objects are
     finalised (nanobind names DuckDB's objects as leaked on stderr otherwise)."""
-    code = ("import gc, sys\n"
-            "from dagster_project import uncollected\n"
-            "import dagster_project.cli as cli\n"
-            "try:\n"
-            "    cli._run(None)  # imports the pipeline, then fails on the missing settings\n"
-            "except Exception:\n"
-            "    pass\n"
-            "assert 'dagster' in sys.modules\n"
-            "assert gc.isenabled(), 'the collector was left off'\n"
-            "frozen = gc.get_freeze_count()\n"
-            "assert frozen > 100_000, frozen\n"
-            "with uncollected():\n"
-            "    made = [[] for _ in range(1000)]\n"
-            "assert gc.get_freeze_count() == frozen, 'froze again'\n"
-            "import duckdb\n"
-            "duckdb.connect().execute('select 1').fetchall()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = _fresh_python("""
+        import contextlib, gc, sys
+        import duckdb
+        from dagster_project import uncollected
+        import dagster_project.cli as cli
+        with contextlib.suppress(Exception):
+            cli._run(None)  # imports the pipeline, then fails on the missing settings
+        assert "dagster" in sys.modules
+        assert gc.isenabled(), "the collector was left off"
+        frozen = gc.get_freeze_count()
+        assert frozen > 100_000, frozen
+        with uncollected():
+            made = [[] for _ in range(1000)]
+        assert gc.get_freeze_count() == frozen, "froze again"
+        duckdb.connect().execute("select 1").fetchall()
+    """)
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr, done.stderr[:300]
-    failing = ("import gc\n"
-               "from dagster_project import uncollected\n"
-               "try:\n"
-               "    with uncollected():\n"
-               "        import dagster_project.no_such_module\n"
-               "except ImportError:\n"
-               "    pass\n"
-               "assert gc.isenabled(), 'the collector was left off'\n")
-    done = subprocess.run([sys.executable, "-c", failing], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    raised = _fresh_python("""
+        import contextlib, gc
+        from dagster_project import uncollected
+        with contextlib.suppress(ImportError), uncollected():
+            import dagster_project.no_such_module
+        assert gc.isenabled(), "the collector was left off"
+    """)
+    assert raised.returncode == 0, raised.stderr

@@ -6,9 +6,10 @@
 -- Retention: interactions at or after ($as_of 00:00 UTC - $interactions_retention_days days);
 -- NULL keeps all. $all: every interaction, else only those in fw_touched_interactions.
 -- fw_interactions: staging.interactions (a temp view), or the rows an incremental build needs.
--- The label and its provenance come from lineage.prompt_keys (a copy of the labels mart's, one
--- row per labelled interaction); an incremental build appended the touched interactions' keys
--- from row $new_keys on, so it reads that range, not every row (0 for a whole build).
+-- The label and its provenance come from lineage.prompt_keys (copied from the labels mart, one
+-- row per interaction labelled positive or negative); an incremental build appended the touched
+-- interactions' keys from row $new_keys on, so it reads that range, not every row (0 for a whole
+-- build).
 with labelled as (
     select
         i.*,

@@ -840,6 +840,45 @@ def test_a_stored_record_that_is_a_blob_or_not_utf8_is_read_or_quarantined_under
     con.close()
 
 
+def test_a_blob_in_a_utf16_eventlog_is_read_as_utf8_or_quarantined_under_its_key(settings):
+    """SQLite casts a BLOB to text in the store's encoding: in a UTF-16 store, a tool's UTF-8 bytes
+    bound into a text column came out as other characters, silently. They are decoded as UTF-8,
+    as in a UTF-8 store; bytes that are not UTF-8 quarantine their record as ``invalid_utf8`` under
+    its key (holding those bytes), and the other rows are read. A replay from bronze agrees."""
+    from dagster_project.synth import EVENTLOG_DDL
+
+    log = settings.raw_dir / "eventlog" / "utf16.db"
+    log.parent.mkdir()
+    conn = sqlite3.connect(log)
+    conn.execute("pragma encoding = 'UTF-16le'")
+    conn.execute(EVENTLOG_DDL.replace(",\n  CHECK(json_valid(data))", ""))
+    insert = "insert into eventlog (event_type, timestamp, source_id, source_file, data) values (?,?,?,?,?)"
+    latin1 = b'{"query_id": "q\xee2"}'
+    for row in [("scry.query", "2026-02-26T10:00:00", "q\u00ee1".encode(), None, '{"query_id": "q\u00ee1"}'.encode()),
+                ("scry.query", "2026-02-26T10:01:00", "q2", None, latin1),
+                ("scry.query", "2026-02-26T10:02:00", "q\u00ee3", "f\u00ee.py", '{"query_id": "q\u00ee3"}')]:
+        conn.execute(insert, row)
+    conn.commit()
+    assert conn.execute("select typeof(source_id), typeof(data) from eventlog order by seq").fetchall() == [
+        ("blob", "blob"), ("text", "blob"), ("text", "text")]
+    conn.close()
+
+    con, _ = ingest(settings, "run-1", sources=["eventlog"])
+    expected = [("q\u00ee1", "q\u00ee1", None), ("q\u00ee3", "q\u00ee3", "f\u00ee.py")]
+    assert rows(con, "select source_id, data->>'query_id', source_file from raw.eventlog order by seq") == expected
+    assert rows(con, "select path, line_number, reason, raw_bytes from ingest.quarantine") == [
+        ("eventlog/utf16.db", 2, "invalid_utf8", latin1)]
+    check_accounting(con)
+    before = everything(con)
+    con, reports = ingest(settings, "run-2", sources=["eventlog"], con=con)
+    assert [f.lines for f in reports["eventlog"].files] == [0]
+    con.close()
+    settings.state_db.unlink()  # raw rebuilt from bronze alone
+    con, _ = ingest(settings, "run-3", sources=["eventlog"])
+    assert everything(con) == before
+    con.close()
+
+
 def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
     from dagster_project.engine.bronze import Bronze
 

@@ -74,13 +74,15 @@ class SqliteTable:
     """Where a SQLite source keeps its rows.
 
     ``key`` is the monotonically increasing integer primary key used as the high-water mark.
-    ``record_sql`` is a SQLite expression that renders one row as a JSON object (the record the
-    field schema validates), e.g. the ``value`` column, or ``json_object(...)`` of the columns.
+    Each row's record (the JSON object the field schema validates) is the JSON the column
+    ``record_column`` holds, or else an object of the key and the text columns ``text_columns``,
+    which the reader builds (a BLOB in one of them is read as its UTF-8 text).
     """
 
     table: str
     key: str
-    record_sql: str
+    record_column: str | None = None
+    text_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

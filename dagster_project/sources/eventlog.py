@@ -11,15 +11,8 @@ SOURCE = SourceSpec(
     description="retrieval tool eventlog (eventlog/*.db table eventlog, eventlog/*.jsonl)",
     globs=("eventlog/*.db", "eventlog/*.jsonl"),
     format="jsonl",  # .db files are read as SQLite (by extension), .jsonl as lines
-    sqlite=SqliteTable(
-        table="eventlog",
-        key="seq",
-        # A text column holding a BLOB (a tool binding bytes) is read as its text: json_object
-        # refuses BLOBs, and the whole store was unreadable.
-        record_sql="json_object('seq', seq, " + ", ".join(
-            f"'{c}', case when typeof({c}) = 'blob' then cast({c} as text) else {c} end"
-            for c in ("event_type", "timestamp", "source_id", "source_file", "data")) + ")",
-    ),
+    sqlite=SqliteTable(table="eventlog", key="seq",
+                       text_columns=("event_type", "timestamp", "source_id", "source_file", "data")),
     fields=(
         Field("seq", "int", required=False, nullable=True),
         Field("event_type"),

@@ -7,7 +7,7 @@ SOURCE = SourceSpec(
     description="session-feedback store (sessions/*.sqlite3, table session_feedback)",
     globs=("sessions/*.sqlite3",),
     format="sqlite",
-    sqlite=SqliteTable(table="session_feedback", key="insertion_order", record_sql="value"),
+    sqlite=SqliteTable(table="session_feedback", key="insertion_order", record_column="value"),
     fields=(
         Field("id"),
         Field("session_id_opaque"),

@@ -143,6 +143,16 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
     conn = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT_SECONDS)
     conn.text_factory = bytes  # a TEXT value as its UTF-8 bytes, which need not decode
     conn.create_function("fw_crc", 2, _crc, deterministic=True)
+    undecodable: dict[int, bytes] = {}  # key -> the bytes of a BLOB fw_utf8 could not decode
+
+    def fw_utf8(row_key, value: bytes) -> str | None:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            undecodable[row_key] = value
+            return None
+
+    conn.create_function("fw_utf8", 2, fw_utf8)
     key, source = q(table.key), q(table.table)
     try:
         conn.execute("begin")  # deferred: the first select fixes the snapshot
@@ -150,7 +160,8 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
         # record goes to the checksum as a BLOB, its very bytes; a UTF-16 one (rare) converts
         # text to UTF-8 itself.
         utf8 = conn.execute("pragma encoding").fetchone()[0] in (b"UTF-8", "UTF-8")
-        record = f"cast({table.record_sql} as blob)" if utf8 else table.record_sql
+        record_sql = _record_sql(table, utf8)
+        record = f"cast({record_sql} as blob)" if utf8 else record_sql
         ranges = {r.decode() if isinstance(r, bytes) else str(r): [n, c] for r, n, c in conn.execute(
             f"select {key} >> {RANGE_BITS}, count(*), sum(fw_crc({key}, {record})) from {source} group by 1")}
         hwm = conn.execute(f"select max({key}) from {source}").fetchone()[0]
@@ -159,14 +170,31 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
                        | {int(r) for r in known_ranges if r not in ranges})
         rows = []
         if dirty:
-            rows = [(k, _as_bytes(v)) for k, v in conn.execute(
-                f"select {key}, {table.record_sql} from {source} "
+            rows = [(k, undecodable.get(k) or _as_bytes(v)) for k, v in conn.execute(
+                f"select {key}, {record_sql} from {source} "
                 f"where {key} >> {RANGE_BITS} in (select value from json_each(?)) order by {key}",
                 [json.dumps(dirty)])]
         conn.execute("commit")
         return ranges, dirty, rows, hwm
     finally:
         conn.close()
+
+
+def _record_sql(table: SqliteTable, utf8: bool) -> str:
+    """SQLite's expression of a row's record (as :class:`SqliteTable` declares it).
+
+    A BLOB in a text column (a tool binding bytes) is read as its text: ``json_object`` refuses
+    BLOBs, and the whole store was unreadable. SQLite casts a BLOB to text in the store's
+    encoding: in a UTF-8 store that is the very bytes (not UTF-8: the record is quarantined, as
+    any record that is not); in a UTF-16 one they would be read as UTF-16, so ``fw_utf8`` decodes
+    them, and bytes that are not UTF-8 take their record's place (so it is quarantined, holding
+    them)."""
+    if table.record_column is not None:
+        return q(table.record_column)
+    as_text = "cast({c} as text)" if utf8 else f"fw_utf8({q(table.key)}, {{c}})"
+    return f"json_object('{table.key}', {q(table.key)}, " + ", ".join(
+        f"'{c}', case when typeof({q(c)}) = 'blob' then {as_text.format(c=q(c))} else {q(c)} end"
+        for c in table.text_columns) + ")"
 
 
 def _as_bytes(value) -> bytes | None:

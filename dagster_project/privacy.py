@@ -233,7 +233,7 @@ def _record(text: bytes) -> dict | None:
     an erased subject's such record was ingested again and an expired one never went."""
     try:
         value = _loads(_decoded(text))
-    except (ValueError, RecursionError):
+    except ValueError:  # not JSON (too deep is read shallow: ``_loads``)
         return None
     return value if isinstance(value, dict) else None
 

@@ -181,6 +181,7 @@ TABLE_COLUMNS: dict[str, str] = {
         "redecided": "Identities re-decided by that build (full: every identity).",
         "built_at": "When (UTC)."}.items()},
     "lineage.bronze_known.state": "The file's state as JSON (bronze Entry.state: watermark, size, mtime, inode, ctime...).",
+    "lineage.bronze_known.seq": "The bronze entry the state is from (for tracing; the cache is read by path).",
     **{f"lineage.raw_tombstones.{c}": d for c, d in {
         "source": "The source.", "seq": "The bronze entry (a SQLite delete) that flagged the row.",
         "path": "The SQLite file.", "line_number": "The deleted row's key (raw line_number)."}.items()},

@@ -840,41 +840,56 @@ def test_a_stored_record_that_is_a_blob_or_not_utf8_is_read_or_quarantined_under
     con.close()
 
 
-def test_a_blob_in_a_utf16_eventlog_is_read_as_utf8_or_quarantined_under_its_key(settings):
+def test_a_blob_in_a_utf16_eventlog_is_read_as_in_a_utf8_one(settings):
     """SQLite casts a BLOB to text in the store's encoding: in a UTF-16 store, a tool's UTF-8 bytes
-    bound into a text column came out as other characters, silently. They are decoded as UTF-8,
-    as in a UTF-8 store; bytes that are not UTF-8 quarantine their record as ``invalid_utf8`` under
-    its key (holding those bytes), and the other rows are read. A replay from bronze agrees."""
+    bound into a text column came out as other characters, silently. A UTF-16 store now gives the
+    records a UTF-8 one gives: such bytes decoded as UTF-8; bytes that are not UTF-8 (two columns
+    of one row here) quarantine the whole record as ``invalid_utf8`` under its key, with the same
+    bytes, and an edit of the row's other columns is seen as one. A replay from bronze agrees."""
     from dagster_project.synth import EVENTLOG_DDL
 
-    log = settings.raw_dir / "eventlog" / "utf16.db"
-    log.parent.mkdir()
-    conn = sqlite3.connect(log)
-    conn.execute("pragma encoding = 'UTF-16le'")
-    conn.execute(EVENTLOG_DDL.replace(",\n  CHECK(json_valid(data))", ""))
     insert = "insert into eventlog (event_type, timestamp, source_id, source_file, data) values (?,?,?,?,?)"
     latin1 = b'{"query_id": "q\xee2"}'
-    for row in [("scry.query", "2026-02-26T10:00:00", "q\u00ee1".encode(), None, '{"query_id": "q\u00ee1"}'.encode()),
-                ("scry.query", "2026-02-26T10:01:00", "q2", None, latin1),
-                ("scry.query", "2026-02-26T10:02:00", "q\u00ee3", "f\u00ee.py", '{"query_id": "q\u00ee3"}')]:
-        conn.execute(insert, row)
-    conn.commit()
-    assert conn.execute("select typeof(source_id), typeof(data) from eventlog order by seq").fetchall() == [
-        ("blob", "blob"), ("text", "blob"), ("text", "text")]
-    conn.close()
+    stores = {}
+    for encoding in ("UTF-8", "UTF-16le"):
+        stores[encoding] = settings.raw_dir / "eventlog" / f"{encoding}.db"
+        stores[encoding].parent.mkdir(exist_ok=True)
+        conn = sqlite3.connect(stores[encoding])
+        conn.execute(f"pragma encoding = '{encoding}'")
+        conn.execute(EVENTLOG_DDL.replace(",\n  CHECK(json_valid(data))", ""))
+        for row in [("scry.query", "2026-02-26T10:00:00", "q\u00ee1".encode(), None, '{"query_id": "q\u00ee1"}'.encode()),
+                    ("scry.query", "2026-02-26T10:01:00", b"q\xff\n2", None, latin1),
+                    ("scry.query", "2026-02-26T10:02:00", "q\u00ee3", "f\u00ee.py", '{"query_id": "q\u00ee3"}')]:
+            conn.execute(insert, row)
+        conn.commit()
+        assert conn.execute("select typeof(source_id), typeof(data) from eventlog order by seq").fetchall() == [
+            ("blob", "blob"), ("blob", "blob"), ("text", "text")]
+        conn.close()
+    record = (b'{"seq":2,"event_type":"scry.query","timestamp":"2026-02-26T10:01:00","source_id":"q\xff\\n2",'
+              b'"source_file":null,"data":"{\\"query_id\\": \\"q\xee2\\"}"}')
 
     con, _ = ingest(settings, "run-1", sources=["eventlog"])
-    expected = [("q\u00ee1", "q\u00ee1", None), ("q\u00ee3", "q\u00ee3", "f\u00ee.py")]
-    assert rows(con, "select source_id, data->>'query_id', source_file from raw.eventlog order by seq") == expected
-    assert rows(con, "select path, line_number, reason, raw_bytes from ingest.quarantine") == [
-        ("eventlog/utf16.db", 2, "invalid_utf8", latin1)]
+    assert rows(con, "select path, source_id, data->>'query_id', source_file from raw.eventlog order by path, seq") == [
+        (f"eventlog/{e}.db", s, s, f) for e in sorted(stores) for s, f in (("q\u00ee1", None), ("q\u00ee3", "f\u00ee.py"))]
+    assert rows(con, "select path, line_number, reason, raw_bytes from ingest.quarantine order by path") == [
+        (f"eventlog/{e}.db", 2, "invalid_utf8", record) for e in sorted(stores)]
     check_accounting(con)
-    before = everything(con)
+    for db in stores.values():  # another column of the quarantined row edited in place
+        conn = sqlite3.connect(db)
+        conn.execute("update eventlog set source_file = 'g.py' where seq = 2")
+        conn.commit()
+        conn.close()
     con, reports = ingest(settings, "run-2", sources=["eventlog"], con=con)
-    assert [f.lines for f in reports["eventlog"].files] == [0]
+    assert [f.lines for f in reports["eventlog"].files] == [1, 1]
+    edited = record.replace(b'"source_file":null', b'"source_file":"g.py"')
+    assert rows(con, "select path, raw_bytes from ingest.quarantine where run_id = 'run-2' order by path") == [
+        (f"eventlog/{e}.db", edited) for e in sorted(stores)]
+    before = everything(con)
+    con, reports = ingest(settings, "run-3", sources=["eventlog"], con=con)
+    assert [f.lines for f in reports["eventlog"].files] == [0, 0]
     con.close()
     settings.state_db.unlink()  # raw rebuilt from bronze alone
-    con, _ = ingest(settings, "run-3", sources=["eventlog"])
+    con, _ = ingest(settings, "run-4", sources=["eventlog"])
     assert everything(con) == before
     con.close()
 

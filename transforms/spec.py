@@ -84,6 +84,10 @@ class SqliteTable:
     record_column: str | None = None
     text_columns: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if (self.record_column is None) == (not self.text_columns):
+            raise ValueError(f"SqliteTable {self.table!r}: declare record_column or text_columns (one of them)")
+
 
 @dataclass(frozen=True)
 class SourceSpec:

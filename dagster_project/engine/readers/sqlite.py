@@ -22,6 +22,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterator
@@ -143,14 +144,14 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
     conn = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT_SECONDS)
     conn.text_factory = bytes  # a TEXT value as its UTF-8 bytes, which need not decode
     conn.create_function("fw_crc", 2, _crc, deterministic=True)
-    undecodable: dict[int, bytes] = {}  # key -> the bytes of a BLOB fw_utf8 could not decode
+    marked: set[int] = set()  # keys of rows with a BLOB fw_utf8 could not decode
 
-    def fw_utf8(row_key, value: bytes) -> str | None:
+    def fw_utf8(row_key, value: bytes) -> str:
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
-            undecodable[row_key] = value
-            return None
+            marked.add(row_key)
+            return _MARK + base64.b64encode(value).decode("ascii") + _MARK_END
 
     conn.create_function("fw_utf8", 2, fw_utf8)
     key, source = q(table.key), q(table.table)
@@ -170,7 +171,7 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
                        | {int(r) for r in known_ranges if r not in ranges})
         rows = []
         if dirty:
-            rows = [(k, undecodable.get(k) or _as_bytes(v)) for k, v in conn.execute(
+            rows = [(k, _unmarked(v) if k in marked else _as_bytes(v)) for k, v in conn.execute(
                 f"select {key}, {record_sql} from {source} "
                 f"where {key} >> {RANGE_BITS} in (select value from json_each(?)) order by {key}",
                 [json.dumps(dirty)])]
@@ -187,14 +188,33 @@ def _record_sql(table: SqliteTable, utf8: bool) -> str:
     BLOBs, and the whole store was unreadable. SQLite casts a BLOB to text in the store's
     encoding: in a UTF-8 store that is the very bytes (not UTF-8: the record is quarantined, as
     any record that is not); in a UTF-16 one they would be read as UTF-16, so ``fw_utf8`` decodes
-    them, and bytes that are not UTF-8 take their record's place (so it is quarantined, holding
-    them)."""
+    them as UTF-8 instead. Bytes that are not UTF-8 cannot be text there: ``fw_utf8`` writes them
+    marked (base64), so the checksum still sees every column, and :func:`_unmarked` puts them back
+    in the fetched record, which is then quarantined whole, as in a UTF-8 store."""
     if table.record_column is not None:
         return q(table.record_column)
     as_text = "cast({c} as text)" if utf8 else f"fw_utf8({q(table.key)}, {{c}})"
     return f"json_object('{table.key}', {q(table.key)}, " + ", ".join(
         f"'{c}', case when typeof({q(c)}) = 'blob' then {as_text.format(c=q(c))} else {q(c)} end"
         for c in table.text_columns) + ")"
+
+
+# A BLOB that is not UTF-8, as fw_utf8 writes it in a UTF-16 store: base64 between two U+FDD0
+# (a noncharacter, which no tool writes as text); in the fetched record, a JSON string:
+_MARK, _MARK_END = "\ufdd0fw:", "\ufdd0"
+_MARKED = re.compile(b'"' + _MARK.encode() + rb'([A-Za-z0-9+/=]*)' + _MARK_END.encode() + b'"')
+
+
+def _unmarked(record: bytes) -> bytes:
+    """A fetched record with each marked BLOB's own bytes in its place, quoted as SQLite quotes
+    them in a UTF-8 store: the record's bytes are the ones a UTF-8 store gives."""
+    utf8 = sqlite3.connect(":memory:")
+    utf8.text_factory = bytes
+    try:
+        return _MARKED.sub(lambda m: utf8.execute("select json_quote(cast(? as text))",
+                                                  [base64.b64decode(m[1])]).fetchone()[0], record)
+    finally:
+        utf8.close()
 
 
 def _as_bytes(value) -> bytes | None:

@@ -894,6 +894,26 @@ def test_a_blob_in_a_utf16_eventlog_is_read_as_in_a_utf8_one(settings):
     con.close()
 
 
+def test_a_symlinked_store_in_wal_mode_is_read_while_its_writer_holds_it_open(settings):
+    """A tool keeps its store in its own directory, linked into the raw lake, in WAL mode with a
+    connection it keeps open (no checkpoint yet): committed rows live in the target's -wal file.
+    The signature looked for a -wal beside the link, so no commit changed it and the rows waited
+    for a checkpoint (1,000 pages: thousands of ratings)."""
+    target = settings.raw_dir.parent / "tool" / "session_feedback.sqlite3"
+    writer = store(target, ["a1", "a2"])
+    (settings.raw_dir / SESSIONS).parent.mkdir(parents=True)
+    (settings.raw_dir / SESSIONS).symlink_to(target)
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    for n, rid in enumerate(["b1", "b2"], start=2):
+        add(writer, rid)
+        writer.commit()
+        assert target.with_name(target.name + "-wal").stat().st_size  # the rows are in the WAL
+        con, _ = ingest(settings, f"run-{n}", sources=["session_ratings"], con=con)
+        assert rows(con, "select count(*) from raw.session_ratings")[0][0] == n + 1
+    writer.close()
+    con.close()
+
+
 def test_an_edit_deep_in_a_large_table_reads_only_its_key_range(settings):
     from dagster_project.engine.bronze import Bronze
 

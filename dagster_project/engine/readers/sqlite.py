@@ -45,7 +45,8 @@ def signature(view: FileView) -> dict:
     sig = stat_signature(view.real)
     with open(view.real, "rb") as fh:
         sig["header_sha"] = hashlib.sha256(fh.read(100)).hexdigest()
-    wal = view.real.with_name(view.real.name + "-wal")
+    real = view.real.resolve()  # SQLite opens the link's target, and writes its -wal beside it
+    wal = real.with_name(real.name + "-wal")
     try:
         st = os.stat(wal)
         sig["wal"] = [st.st_size, st.st_mtime_ns]

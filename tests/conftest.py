@@ -102,8 +102,9 @@ ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
 
 
 def ingest(settings, run_id: str = "run-1", *, sources=None, full_refresh: bool = False,
-           con: duckdb.DuckDBPyConnection | None = None, now: float | None = None):
-    """Ingest and stage every (or the named) source; return (connection, reports by source)."""
+           con: duckdb.DuckDBPyConnection | None = None, now: float | None = None, progress=None):
+    """Ingest and stage every (or the named) source; return (connection, reports by source).
+    ``progress``: called with each progress line (as the run prints them: one per file looked at)."""
     from dagster_project.engine import Ingestor
     from dagster_project.sources import load_sources
     from transforms.staging import build_staging
@@ -116,7 +117,7 @@ def ingest(settings, run_id: str = "run-1", *, sources=None, full_refresh: bool 
     for name, spec in specs.items():
         if sources and name not in sources:
             continue
-        reports[name] = Ingestor(con, spec, settings, run_id, now=now).run(full_refresh=full_refresh)
+        reports[name] = Ingestor(con, spec, settings, run_id, progress=progress, now=now).run(full_refresh=full_refresh)
         build_staging(con, spec)
     return con, reports
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from conftest import dumps, ingest, interaction, rows, run_dying, write_lines
 from dagster_project.engine import bronze_usage, check_accounting
+from dagster_project.engine.bronze import Bronze
 from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.synth import SESSION_DDL
 
@@ -105,26 +107,50 @@ def test_a_run_reads_only_the_bronze_segments_after_what_raw_holds(settings, mon
     assert opened == [f"{4:012d}.jsonl"]
 
 
-def test_lines_appended_between_mapping_a_file_and_its_stat_are_read_by_the_next_run(settings):
-    """The reader maps a file, then stats it: lines appended in between are in the stat's size
-    but not in what was read. The state records the size read, so the next run sees the file
-    changed and reads them (recording the stat's size lost them for good: same size, mtime and
-    last block on every later run)."""
-    from dagster_project.engine.readers import FileView, jsonl
+@pytest.mark.parametrize("source", ["interactions", "weighted_queue"])
+def test_a_file_its_producer_rewrites_during_the_run_is_kept_as_read(settings, source):
+    """A producer rewrites a file (truncate and write, shorter) after the run read it and before
+    its batch is applied: the run was still holding the file mapped, so bronze and raw got bytes
+    it never read (zeros past the new end), its lines were lost, and a larger file truncated so
+    killed the process (SIGBUS). The run keeps what it read; the next run reads the new content
+    as a new generation. A line file and a JSON array (rewritten whole by its older saver)."""
+    if source == "interactions":
+        a, b = (settings.raw_dir / f"interactions/interactions_2026-02-26_0000000{n}.jsonl" for n in (1, 2))
+        write_lines(a, [dumps(interaction(i)) for i in range(1, 4)])
+        write_lines(b, [dumps(interaction(i)) for i in range(10, 12)])
+        rewritten, key = dumps(interaction(99)) + "\n", "id"
+        before, after = {"1", "2", "3", "10", "11"}, {"1", "2", "3", "10", "11", "99"}
+    else:
+        def item(i):
+            return {"query": f"q{i}", "response": f"a{i}", "weight": 1.0}
 
-    path = write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_0000000a.jsonl",
-                       [dumps(interaction(i)) for i in range(3)])
-    buf = jsonl.open_map(path)
-    with path.open("ab") as fh:
-        fh.write(b"".join(dumps(interaction(i)).encode() + b"\n" for i in range(3, 5)))
-    state = jsonl.read(FileView(path.name, path, None, settings, time.time()), buf)[-1].state
-    read = len(buf)
-    del buf
-    assert state["offset"] == read < path.stat().st_size
-    view = FileView(path.name, path, state, settings, time.time())
-    assert not jsonl.unchanged(view)
-    spans = [(u.meta["start"], u.meta["end"]) for u in jsonl.read(view) if u.kind == "span"]
-    assert spans == [(read, path.stat().st_size)]
+        a, b = (settings.raw_dir / f"weighted/training_queue{n}.jsonl" for n in ("", "_archive"))
+        a.parent.mkdir(parents=True)
+        a.write_text(json.dumps([item(i) for i in range(3)]))
+        b.write_text(json.dumps([item(9)]))
+        rewritten, key = json.dumps([item(i) for i in range(1, 5)]), "query"
+        before, after = {"q0", "q1", "q2", "q9"}, {"q0", "q1", "q2", "q3", "q4", "q9"}
+
+    def producer(line):
+        if line.endswith(b.name):  # the run has read a and goes on to b
+            a.write_bytes(rewritten.encode())
+
+    def staged(con):
+        return {str(int(v[-12:])) if source == "interactions" else v
+                for v, in rows(con, f"select {key} from staging.{source}")}
+
+    con, reports = ingest(settings, "run-1", sources=[source], progress=producer)
+    assert a.read_bytes() == rewritten.encode()
+    assert staged(con) == before
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    check_accounting(con)
+    kept = Bronze(settings, source)
+    for entry in kept.entries():
+        if entry.kind in ("span", "array"):  # bronze holds the bytes it recorded the hash of
+            assert hashlib.sha256(bytes(kept.payload(entry))).hexdigest() == entry.sha256
+    con, reports = ingest(settings, "run-2", sources=[source], con=con)
+    assert staged(con) == after
+    con.close()
 
 
 def test_a_manifest_restored_from_an_older_copy_is_read_whole_and_the_lines_it_lacks_read_again(settings):
@@ -332,7 +358,7 @@ def test_a_file_untouched_since_its_read_is_not_read_again_and_a_rewrite_moves_i
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert path.stat().st_ctime_ns != st.st_ctime_ns
     con, reports = ingest(settings, "run-3", sources=["interactions"], con=con)
-    assert reports["interactions"].files[0].event == "rewritten" and reads == [st.st_size]
+    assert reports["interactions"].files[0].event == "rewritten" and reads[0] == st.st_size  # its last block
 
 
 def test_a_settled_file_is_decided_by_its_stat_alone_and_any_change_sends_it_to_its_reader(settings, monkeypatch):
@@ -404,7 +430,8 @@ def test_a_ctime_that_settles_after_the_read_is_recorded_once_and_the_file_is_no
     pread = os.pread
     monkeypatch.setattr(os, "pread", lambda *a: reads.append(a[1]) or pread(*a))
     con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
-    assert reports["interactions"].files[0].event == "unchanged" and reads == [path.stat().st_size]
+    # its last block (the whole file here), by the check and again by the reader that records the ctime
+    assert reports["interactions"].files[0].event == "unchanged" and reads == [path.stat().st_size] * 2
     added = Bronze(settings, "interactions").entries()[len(entries):]
     assert [(e.kind, e.state["ctime_ns"]) for e in added] == [("state", path.stat().st_ctime_ns)]
     assert {k: v for k, v in added[0].state.items() if k != "ctime_ns"} == {

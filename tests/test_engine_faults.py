@@ -81,16 +81,16 @@ def test_stored_paths_do_not_depend_on_links(settings, tmp_path):
 
 
 @pytest.mark.parametrize("deferred", [False, True])
-def test_an_unchanged_file_is_not_mapped(settings, monkeypatch, deferred):
+def test_an_unchanged_file_is_not_read(settings, monkeypatch, deferred):
     """A file whose size, mtime, inode and last consumed block are unchanged is skipped with one
-    small read; a partial last line due for sealing still maps it."""
+    small read; a partial last line due for sealing still reads it."""
     from dagster_project.engine.readers import jsonl
 
     path = write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(3)],
                        newline_at_end=not deferred)
     con, _ = ingest(settings, "run-1", sources=["interactions"])
-    mapped, real_open = [], jsonl.open_map
-    monkeypatch.setattr(jsonl, "open_map", lambda real: mapped.append(real) or real_open(real))
+    mapped, real_read = [], jsonl.read
+    monkeypatch.setattr(jsonl, "read", lambda view, fh: mapped.append(view.real) or real_read(view, fh))
     later = os.path.getmtime(path) + settings.seal_after_seconds + 1
     con, reports = ingest(settings, "run-2", sources=["interactions"], con=con, now=later)
     assert mapped == ([path] if deferred else [])
@@ -122,10 +122,10 @@ def test_recorded_tail_hash_is_the_last_consumed_block(settings, lines):
 
 
 def test_more_new_files_than_the_process_may_hold_open_are_all_read_in_one_run(settings):
-    """A batch keeps each new file's bytes mapped, and each map holds a file descriptor: with 300
-    new files and a limit of 64 open files (hard: the run cannot raise it), the run once read ~50
-    and called the rest "unreadable: Too many open files". It now copies the held bytes and
-    closes the maps when a batch holds a quarter of the limit: every file is read, in one run."""
+    """A batch once kept each new file's bytes mapped, each map holding a file descriptor: with
+    300 new files and a limit of 64 open files (hard: the run cannot raise it), the run read ~50
+    and called the rest "unreadable: Too many open files". A batch holds no file open now (each
+    file's new bytes are read into memory): every file is read, in one run."""
     for day in range(300):
         write_lines(settings.raw_dir / f"interactions/interactions_2026-02-26_{day:08x}.jsonl",
                     [dumps(interaction(day * 2)), dumps(interaction(day * 2 + 1))])

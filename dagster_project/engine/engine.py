@@ -15,8 +15,7 @@ bronze and incremental == full refresh whatever the producers did to their files
 
 from __future__ import annotations
 
-import functools
-import resource
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,14 +50,6 @@ DECODERS = {"span": jsonl.decode, "array": json_array.decode, "rows": sqlite.dec
 # instead of 1.4 GB peak RSS while ingesting.
 BATCH_BYTES = 384 * 1024 * 1024
 RETENTION_PENDING = "retention_pending"  # under the state dir: a source whose retention pass is unfinished
-# A line file's new bytes stay mapped until its batch is applied (Arrow reads them in place), and
-# each map holds a file descriptor: a batch of many small files (a day's files over a year) held
-# one per file, and beyond the process's limit (`ulimit -n`, 1,024 on many systems) every further
-# file was "unreadable: Too many open files" until a later run. Once a batch holds this share of
-# the limit (two ingest steps run at once, beside DuckDB's and Dagster's own files), the bytes it
-# holds are copied and their maps closed.
-OPEN_FILES_SHARE = 4
-WANTED_OPEN_FILES = 65_536  # the soft limit is raised towards the hard one, up to this
 QUARANTINE_COLUMNS = ["source", "path", "line_number", "byte_offset", "reason", "detail",
                       "raw_text", "raw_bytes", "raw_sha256", "raw_length", "run_id", "quarantined_at"]
 FILE_STATE = pa.schema([
@@ -75,14 +66,6 @@ Progress = Callable[[str], None]
 # --------------------------------------------------------------------------- the engine
 
 
-def _detach(batch: list[bronze_mod.Entry]) -> None:
-    """Copy the bytes the batch's entries hold in place in their files' maps, which then close
-    (their last reference gone): the batch holds no file open any more."""
-    for entry in batch:
-        if isinstance(entry.data, memoryview):
-            entry.data = bytes(entry.data)
-
-
 def _bytes_held(unit: Unit) -> int:
     """What a unit holds until its batch is applied: its bytes, and what its reader found in them
     (``Unit.parsed``: a span's newline positions, 8 bytes a line, more than the line itself for
@@ -90,24 +73,6 @@ def _bytes_held(unit: Unit) -> int:
     data = memoryview(unit.data).nbytes if unit.data is not None else 0
     parsed = unit.parsed
     return data + (parsed.nbytes if hasattr(parsed, "nbytes") else data if parsed is not None else 0)
-
-
-@functools.cache
-def open_files_budget() -> int:
-    """How many files a batch may hold open: a share of the process's open-file limit, whose soft
-    value is first raised towards its hard one (once per process; where the hard limit is low, a
-    batch's bytes are copied and its files closed sooner: ``_detach``)."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        wanted = WANTED_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, WANTED_OPEN_FILES)
-        if soft != resource.RLIM_INFINITY and soft < wanted:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-            soft = wanted
-    except (ValueError, OSError):  # a platform or sandbox that refuses: keep the limit it has
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        soft = WANTED_OPEN_FILES
-    return max(16, soft // OPEN_FILES_SHARE)
 
 
 class Ingestor:
@@ -172,8 +137,7 @@ class Ingestor:
         # line files whose stat is the one their cached state recorded: unchanged, their state unread
         settled = known.settled if self.spec.format == "jsonl" and self.settings.trust_ctime else {}
         batch: list[bronze_mod.Entry] = []
-        size = held = 0  # bytes in the batch, files whose maps it holds
-        max_held = open_files_budget()
+        size = 0  # bytes the batch holds (each file's new bytes read into memory: no file stays open)
         for i, (path, real) in enumerate(files, start=1):
             self.progress(f"{self.spec.name}: [{i}/{len(files)}] {path}")
             if jsonl.settled_unchanged(real, settled.get(path)):
@@ -189,13 +153,9 @@ class Ingestor:
                     result.bytes_read += unit.meta["end"] - unit.meta["start"]
             state = next((u.state for u in reversed(units) if u.state), known.get(path))
             result.deferred_bytes = (state or {}).get("deferred", 0) or 0
-            held += any(unit.data is not None for unit in units)
             if size >= BATCH_BYTES:
                 self._commit(batch)
-                batch, size, held = [], 0, 0
-            elif held >= max_held:
-                _detach(batch)
-                held = 0
+                batch, size = [], 0
         present = {p for p, _ in files}
         for path in sorted(set(known) - present):
             if known[path].get("status") != "missing":
@@ -219,16 +179,14 @@ class Ingestor:
             if real.suffix in SQLITE_SUFFIXES and self.spec.sqlite is not None:
                 units = sqlite.read(view, self.spec.sqlite, lambda ranges: self._sqlite_keys(path, ranges))
             elif self.spec.format == "jsonl" and jsonl.unchanged(view):
-                units = []  # a jsonl_or_array file is always mapped: its first byte picks the reader
+                units = []  # a jsonl_or_array file is always opened: its first byte picks the reader
             else:
-                buf = jsonl.open_map(real)
-                try:
-                    if self.spec.format == "jsonl_or_array" and json_array.first_byte(buf) == b"[":
-                        units = json_array.read(view, buf)
+                with open(real, "rb") as fh:
+                    if self.spec.format == "jsonl_or_array" \
+                            and json_array.first_byte(os.pread(fh.fileno(), 4096, 0)) == b"[":
+                        units = json_array.read(view, fh)
                     else:
-                        units = jsonl.read(view, buf)
-                finally:
-                    del buf  # Arrow may still reference the map (zero-copy); it goes with them
+                        units = jsonl.read(view, fh)
         except FileNotFoundError:
             return [], "unchanged"  # vanished between listing and reading: seen as missing next run
         except OSError as exc:

@@ -17,10 +17,14 @@ from transforms.jsontext import value_end
 from transforms.lines import LINES_SCHEMA, Rejected
 
 
-def read(view: FileView, buf) -> list[Unit]:
+def read(view: FileView, fh) -> list[Unit]:
+    """The whole array (``fh``: the file, open for reading), when it changed; read into memory
+    (``jsonl.read_at``) up to the size its stat gave."""
+    from dagster_project.engine.readers.jsonl import read_at
+
     known = view.known
-    sig = stat_signature(view.real)
-    data = memoryview(buf)
+    sig = stat_signature(fh.fileno())
+    data = memoryview(read_at(fh.fileno(), 0, sig["size"]))
     sha = hashlib.sha256(data).hexdigest()
     if known is not None and known.get("format") == "json_array" and known.get("status") == "ok" \
             and known["prefix_sha"] == sha:
@@ -60,12 +64,9 @@ def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table,
 _NEXT = re.compile(r"[ \t\r\n]*[,\]]")
 
 
-def first_byte(buf) -> bytes:
-    for i in range(min(len(buf), 4096)):
-        b = bytes(buf[i:i + 1])
-        if b not in (b" ", b"\t", b"\r", b"\n", b"\xef", b"\xbb", b"\xbf"):
-            return b
-    return b""
+def first_byte(head: bytes) -> bytes:
+    """The first byte of a file's first 4 KiB ``head`` that is not white space or a BOM."""
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
 
 
 def elements(data: bytes) -> Iterator[tuple[int, int, str]]:

@@ -9,7 +9,6 @@ old generations held stays in raw (identical records collapse in staging).
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 from collections.abc import Callable
 
@@ -21,16 +20,45 @@ from transforms.lines import Rejected, find_newlines, split_lines
 from dagster_project.engine.readers import TAIL_CHECK_BYTES, FileView, Unit, finish, sealed, stat_signature
 
 CHUNK_BYTES = 256 * 1024 * 1024  # spans of at most this much, so memory stays bounded
+HASH_BLOCK = 16 * 1024 * 1024  # the consumed prefix is hashed in reads of this much (not kept)
 
 
-def tail_sha(buf, offset: int) -> str:
-    return hashlib.sha256(memoryview(buf)[max(0, offset - TAIL_CHECK_BYTES):offset]).hexdigest()
+def read_at(fd: int, start: int, length: int) -> bytearray:
+    """The file's bytes ``[start, start + length)``, copied into memory: fewer when it is shorter
+    now. A run holds what it read in its own memory until the batch is applied: a file it had
+    mapped instead could be rewritten by its producer meanwhile (the lake kept bytes it never read,
+    lost the lines it had, or died of SIGBUS reading a truncated map)."""
+    buf = bytearray(length)
+    got = 0
+    with memoryview(buf) as view:
+        while got < length:
+            with view[got:] as rest:
+                n = os.preadv(fd, [rest], start + got)
+            if n == 0:
+                break
+            got += n
+    if got < length:
+        del buf[got:]
+    return buf
 
 
-def open_map(real):
-    with open(real, "rb") as fh:
-        size = fh.seek(0, 2)
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+def _tail_hash(fd: int, offset: int) -> str | None:
+    """The sha256 of the ``TAIL_CHECK_BYTES`` before ``offset``; None when the file is shorter."""
+    start = max(0, offset - TAIL_CHECK_BYTES)
+    tail = os.pread(fd, offset - start, start)
+    return hashlib.sha256(tail).hexdigest() if len(tail) == offset - start else None
+
+
+def _hash_prefix(hasher, fd: int, length: int) -> bool:
+    """Feed the file's first ``length`` bytes to ``hasher``; False when it is shorter now."""
+    done = 0
+    while done < length:
+        block = os.pread(fd, min(HASH_BLOCK, length - done), done)
+        if not block:
+            return False
+        hasher.update(block)
+        done += len(block)
+    return True
 
 
 def _live(known: dict | None) -> bool:
@@ -94,25 +122,25 @@ def unchanged(view: FileView) -> bool:
         if all(known[k] == sig[k] for k in ("size", "mtime_ns", "ino", "ctime_ns")):
             return _nothing_due(view, known)
     with open(view.real, "rb") as fh:
-        def tail_hash(offset: int) -> str | None:
-            start = max(0, offset - TAIL_CHECK_BYTES)
-            tail = os.pread(fh.fileno(), offset - start, start)
-            return hashlib.sha256(tail).hexdigest() if len(tail) == offset - start else None
-
         sig = stat_signature(fh.fileno(), ctime=True)
-        same = _same(view.known, sig, tail_hash)
+        same = _same(view.known, sig, lambda offset: _tail_hash(fh.fileno(), offset))
     return same and _nothing_due(view, view.known) and not _should_record_ctime(view, sig)
 
 
-def read(view: FileView, buf=None) -> list[Unit]:
+def read(view: FileView, fh=None) -> list[Unit]:
+    """What is new in the file (``fh``: it open for reading; None: opened here). Its stat is
+    taken first and nothing past the size it gave is read: lines appended meanwhile make the
+    next run see the file changed."""
+    if fh is None:
+        with open(view.real, "rb") as fh:
+            return read(view, fh)
+    fd = fh.fileno()
     known = view.known
-    sig = stat_signature(view.real, ctime=True)
-    if buf is None:
-        buf = open_map(view.real)
-    size = len(buf)
+    sig = stat_signature(fd, ctime=True)
+    size = sig["size"]
     live = _live(known)
     offset = known["offset"] if live else 0
-    same = _same(known, sig, lambda at: tail_sha(buf, at) if size >= at else None)
+    same = _same(known, sig, lambda at: _tail_hash(fd, at) if size >= at else None)
     if same:
         changed_at = known["changed_at"]
         if _nothing_due(view, known):
@@ -130,27 +158,28 @@ def read(view: FileView, buf=None) -> list[Unit]:
         if known is not None:
             units.append(Unit("event", event=("reappeared" if known.get("status") == "missing" else "new_generation",
                                                f"read again from byte 0 as generation {generation}")))
-    elif size < offset:
-        generation, offset, lines_done = generation + 1, 0, 0
+    elif size < offset or not _hash_prefix(hasher, fd, offset):  # (shorter than the stat said: shrunk since)
+        generation, offset, lines_done, hasher = generation + 1, 0, 0, hashlib.sha256()
         units.append(Unit("event", event=("shrunk", f"was {known['size']:,} bytes with {known['offset']:,} consumed, "
                                                     f"now {size:,}; earlier rows kept, re-read as generation {generation}")))
-    else:
-        hasher.update(memoryview(buf)[:offset])
-        if not same and offset and hasher.hexdigest() != known["prefix_sha"]:
-            generation, offset, lines_done, hasher = generation + 1, 0, 0, hashlib.sha256()
-            units.append(Unit("event", event=("rewritten", f"the first {known['offset']:,} consumed bytes changed; "
-                                                           f"earlier rows kept, re-read as generation {generation}")))
+    elif not same and offset and hasher.hexdigest() != known["prefix_sha"]:
+        generation, offset, lines_done, hasher = generation + 1, 0, 0, hashlib.sha256()
+        units.append(Unit("event", event=("rewritten", f"the first {known['offset']:,} consumed bytes changed; "
+                                                       f"earlier rows kept, re-read as generation {generation}")))
 
+    # the new bytes, in memory (``read_at``); ``position`` and ``end`` are the file's offsets
+    data = read_at(fd, offset, size - offset)
+    size = offset + len(data)
     position = offset
     while position < size:
         window_end = min(size, position + CHUNK_BYTES)
-        nl = buf.rfind(b"\n", position, window_end)
+        nl = data.rfind(b"\n", position - offset, window_end - offset)
         if nl < 0 and window_end < size:
-            nl = buf.find(b"\n", window_end)  # one line longer than the window: take it whole
+            nl = data.find(b"\n", window_end - offset)  # one line longer than the window: take it whole
         if nl < 0:
             break
-        end = nl + 1
-        span = memoryview(buf)[position:end]
+        end = offset + nl + 1
+        span = memoryview(data)[position - offset:end - offset]
         # where its lines end, found once: ``decode`` splits the span there (counting them apart
         # cost 0.7 s of the 1M lake's interaction ingest, 0.45 s of it copying blocks to count)
         newlines = find_newlines(np.frombuffer(span, dtype=np.uint8))
@@ -165,7 +194,7 @@ def read(view: FileView, buf=None) -> list[Unit]:
 
     deferred = size - position
     if deferred and sealed(view, changed_at):
-        span = memoryview(buf)[position:size]
+        span = memoryview(data)[position - offset:]
         units.append(Unit("span", span, {"generation": generation, "start": position, "end": size,
                                          "first_line": lines_done + 1, "lines": 1, "sealed": True},
                           event=("sealed", f"partial last line of {deferred} bytes quarantined")))
@@ -173,13 +202,21 @@ def read(view: FileView, buf=None) -> list[Unit]:
         position, lines_done, deferred = size, lines_done + 1, 0
     # hasher holds bytes [0, position): for a file within one tail block that is the tail too
     prefix = hasher.hexdigest()
-    # The size of the bytes read, not the stat's: the file was mapped before that stat, and lines
-    # appended in between must leave the sizes unequal, or the next run finds it unchanged.
     state = {"format": "jsonl", "status": "ok", **sig, "size": size, "generation": generation, "offset": position,
              "lines": lines_done, "prefix_sha": prefix if position else None,
-             "tail_sha": prefix if position <= TAIL_CHECK_BYTES else tail_sha(buf, position),
+             "tail_sha": prefix if position <= TAIL_CHECK_BYTES else _read_tail_sha(fd, data, offset, position),
              "changed_at": changed_at, "deferred": deferred}
     return finish(units, state, known)
+
+
+def _read_tail_sha(fd: int, data: bytearray, offset: int, position: int) -> str | None:
+    """The sha256 of the ``TAIL_CHECK_BYTES`` before ``position`` as read: from ``data`` (the
+    bytes read from ``offset``), and from the file for the part before ``offset``."""
+    start = max(0, position - TAIL_CHECK_BYTES)
+    before = os.pread(fd, offset - start, start) if start < offset else b""
+    if len(before) != max(0, offset - start):
+        return None  # shorter now: the next run reads the file again
+    return hashlib.sha256(before + bytes(memoryview(data)[max(0, start - offset):position - offset])).hexdigest()
 
 
 def decode(data, meta: dict, settings: Settings, newlines=None) -> tuple[pa.Table, list[Rejected], int]:

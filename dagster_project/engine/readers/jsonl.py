@@ -21,25 +21,22 @@ from dagster_project.engine.readers import TAIL_CHECK_BYTES, FileView, Unit, fin
 
 CHUNK_BYTES = 256 * 1024 * 1024  # spans of at most this much, so memory stays bounded
 HASH_BLOCK = 16 * 1024 * 1024  # the consumed prefix is hashed in reads of this much (not kept)
+READ_MAX = 1 << 30  # one read's most (Linux returns at most ~2 GiB)
 
 
-def read_at(fd: int, start: int, length: int) -> bytearray:
+def read_at(fd: int, start: int, length: int) -> bytes:
     """The file's bytes ``[start, start + length)``, copied into memory: fewer when it is shorter
     now. A run holds what it read in its own memory until the batch is applied: a file it had
     mapped instead could be rewritten by its producer meanwhile (the lake kept bytes it never read,
     lost the lines it had, or died of SIGBUS reading a truncated map)."""
-    buf = bytearray(length)
-    got = 0
-    with memoryview(buf) as view:
-        while got < length:
-            with view[got:] as rest:
-                n = os.preadv(fd, [rest], start + got)
-            if n == 0:
-                break
-            got += n
-    if got < length:
-        del buf[got:]
-    return buf
+    parts = []
+    while length > 0:
+        part = os.pread(fd, min(length, READ_MAX), start)  # one copy (a bytearray is zeroed first)
+        if not part:
+            break
+        parts.append(part)
+        start, length = start + len(part), length - len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _tail_hash(fd: int, offset: int) -> str | None:
@@ -209,7 +206,7 @@ def read(view: FileView, fh=None) -> list[Unit]:
     return finish(units, state, known)
 
 
-def _read_tail_sha(fd: int, data: bytearray, offset: int, position: int) -> str | None:
+def _read_tail_sha(fd: int, data: bytes, offset: int, position: int) -> str | None:
     """The sha256 of the ``TAIL_CHECK_BYTES`` before ``position`` as read: from ``data`` (the
     bytes read from ``offset``), and from the file for the part before ``offset``."""
     start = max(0, position - TAIL_CHECK_BYTES)

@@ -218,6 +218,28 @@ def test_recreated_store_keeps_old_rows_flagged_and_adds_new_ones(settings):
     check_accounting(con)
 
 
+@pytest.mark.parametrize("seen_missing", [False, True])
+def test_a_store_recreated_smaller_flags_every_old_row_whether_or_not_a_run_saw_it_gone(settings, seen_missing):
+    """The old store's keys span two checksum ranges, the recreated one's only the first. When a
+    run had seen the store missing in between, the reader compared the new store's ranges alone:
+    the old rows of the second range kept no flag (and their keys, so the store growing back into
+    that range much later 'updated' and 'deleted' them)."""
+    db = settings.raw_dir / SESSIONS
+    store(db, [f"old{i}" for i in range(1100)], journal="DELETE").close()  # keys 1..1100
+    con, _ = ingest(settings, "run-1", sources=["session_ratings"])
+    db.unlink()
+    if seen_missing:
+        con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+        assert reports["session_ratings"].files[0].event == "missing"
+    store(db, ["new1", "new2"], journal="DELETE").close()  # ids restart at 1
+    con, reports = ingest(settings, "run-3", sources=["session_ratings"], con=con)
+    assert reports["session_ratings"].files[0].event == "recreated"
+    assert rows(con, "select count(*), count(deleted_at_source) from staging.session_ratings where id like 'old%'") == [
+        (1100, 1100)]
+    assert rows(con, "select key from ingest.sqlite_keys order by key") == [(1,), (2,)]
+    check_accounting(con)
+
+
 def test_row_updated_in_place_wins_and_deleted_row_is_flagged(settings):
     db = settings.raw_dir / SESSIONS
     conn = store(db, ["a", "b", "c"])

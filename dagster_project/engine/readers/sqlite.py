@@ -71,7 +71,8 @@ def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], d
     if known is not None and known.get("status") in ("ok", "corrupt") \
             and all(known.get(k) == v for k, v in sig.items()):
         return []
-    known_ranges = (known or {}).get("ranges") if (known or {}).get("status") != "missing" else None
+    # (a store seen missing keeps its ranges: one recreated smaller must flag the keys of every one)
+    known_ranges = (known or {}).get("ranges")
     try:
         ranges, dirty, rows, hwm = _snapshot(view, table, known_ranges)
         after = signature(view)

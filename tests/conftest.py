@@ -83,12 +83,12 @@ def settings(tmp_path):
 
 
 def run_dying(settings, patch: str, run_id: str = "crashed", sources=("interactions",),
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+              env: dict[str, str] | None = None, wrapper: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Ingest ``sources`` as ``run_id`` in a child process with ``patch`` (Python run after
     importing ``bronze`` and ``engine``) applied first: it may kill -9 the child. ``env``: more
-    settings (``FLYWHEEL_*``)."""
+    settings (``FLYWHEEL_*``); ``wrapper``: a command the child runs under (e.g. ``setpriv …``)."""
     tests = os.path.dirname(os.path.abspath(__file__))
-    return subprocess.run([sys.executable, "-c", f"""
+    return subprocess.run([*wrapper, sys.executable, "-c", f"""
 import os, sys
 sys.path.insert(0, {os.getcwd()!r}); sys.path.insert(0, {tests!r})
 from conftest import ingest

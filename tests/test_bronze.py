@@ -240,6 +240,56 @@ def test_a_store_recreated_smaller_flags_every_old_row_whether_or_not_a_run_saw_
     check_accounting(con)
 
 
+def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
+    """A producer's directory briefly may not be listed (mode 000 during a permissions fix): its
+    files were taken as gone, came back as new generations and were read again whole (every line
+    twice in raw, ``lines_read`` doubled); a source whose glob names one file (the README's
+    ``~/.store/session_feedback.sqlite3``) in a directory that may not be searched failed its
+    step. Each file is now ``unreadable`` for that run, its rows kept, and the next run finds it
+    unchanged. When the tests run as root, the run that may not look runs without the two
+    capabilities that let root past any mode (``setpriv``)."""
+    import shutil
+    import tempfile
+
+    from dagster_project.settings import Settings
+
+    base = Path(tempfile.mkdtemp(prefix="flywheel-modes-"))  # not under pytest's 0700 directories
+    try:
+        base.chmod(0o755)
+        store_path = base / "tool" / "session_feedback.sqlite3"
+        store(store_path, ["r1", "r2"], journal="DELETE").close()
+        sources = base / "sources.yml"
+        sources.write_text(f"sources:\n  session_ratings:\n    globs: [{str(store_path)!r}]\n")
+        env = {"FLYWHEEL_SOURCES": str(sources), "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"}
+        settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(base / "raw"), "FLYWHEEL_WAREHOUSE": str(base / "w.duckdb"),
+                                      "FLYWHEEL_EXPORT_DIR": str(base / "exports"), **env})
+        logs = settings.raw_dir / "interactions"
+        write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
+        write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(i)) for i in range(3, 5)])
+        both = ["interactions", "session_ratings"]
+        con, _ = ingest(settings, "run-1", sources=both)
+        con.close()
+        logs.chmod(0)
+        store_path.parent.chmod(0)
+        caps = "-dac_override,-dac_read_search"
+        done = run_dying(settings, "", run_id="run-2", sources=both, env=env, wrapper=(
+            ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()))
+        logs.chmod(0o755)
+        store_path.parent.chmod(0o755)
+        assert done.returncode == 0, done.stderr
+        con, reports = ingest(settings, "run-3", sources=both)
+        assert {f.event for r in reports.values() for f in r.files} == {"unchanged"}
+        assert rows(con, "select run_id, event, count(*) from ingest.file_events group by all order by all") == [
+            ("run-2", "unreadable", 3)]
+        assert rows(con, "select source, lines_read, rows_loaded, generation from ingest.files order by source, path") == [
+            ("interactions", 3, 3, 1), ("interactions", 2, 2, 1), ("session_ratings", 2, 2, 1)]
+        assert rows(con, "select (select count(*) from raw.interactions), (select count(*) from raw.session_ratings)") == [
+            (5, 2)]
+        con.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_row_updated_in_place_wins_and_deleted_row_is_flagged(settings):
     db = settings.raw_dir / SESSIONS
     conn = store(db, ["a", "b", "c"])

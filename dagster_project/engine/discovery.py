@@ -20,9 +20,11 @@ def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
     return [(stored, Path(real)) for stored, real in listing(spec, raw_dir)]
 
 
-def listing(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, str]]:
+def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     """``discover``'s files, each real path a string: the engine makes a ``Path`` only of the few
-    files it reads (~5 µs each).
+    files it reads (~5 µs each). ``unlisted``: where the places the listing may not look (a
+    directory that may not be listed, a path that may not be looked up: permission denied) are
+    added, each as (stored prefix, name pattern): their files are neither present nor gone.
 
     Every run lists every file of the lake, so the cost per file is the floor of a run's cost as
     the lake ages (a year of the bench lake's producers is ~23,000 interaction files). A glob
@@ -39,7 +41,13 @@ def listing(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, str]]:
         if _MAGIC.search(directory) is None and name and name != "**":
             base = Path(directory) if os.path.isabs(directory) else raw_dir / directory
             prefix = os.path.join(base, "")
-            for entry, link in _scan(base, name):
+            try:
+                scanned = _scan(base, name)
+            except PermissionError:
+                if unlisted is not None:
+                    unlisted.append((resolved.in_dir(base, ""), name))
+                continue
+            for entry, link in scanned:
                 real = prefix + entry
                 found[resolved.stored(Path(real)) if link else resolved.in_dir(base, entry)] = real
         else:
@@ -57,8 +65,9 @@ _NOT_A_FILE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 def _scan(directory: Path, name: str) -> list[tuple[str, bool]]:
     """(name, is a link) of the files (or links to files) in ``directory`` that ``name`` matches
     as ``Path.glob`` matches a last part: case-sensitive, hidden files included; a directory that
-    is missing or may not be listed matches nothing, another error is raised; an entry that is a
-    broken link or a link loop is not a file. A name without wildcards is looked up, not listed."""
+    is missing matches nothing, one that may not be listed (or a name that may not be looked up)
+    raises PermissionError, another error is raised too; an entry that is a broken link or a link
+    loop is not a file. A name without wildcards is looked up, not listed."""
     if _MAGIC.search(name) is None:
         path = os.path.join(directory, name)
         return [(name, os.path.islink(path))] if _is_file(path) else []
@@ -66,8 +75,14 @@ def _scan(directory: Path, name: str) -> list[tuple[str, bool]]:
     try:
         with os.scandir(directory) as entries:
             return [(e.name, e.is_symlink()) for e in entries if match(e.name) and _is_file(e)]
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
+    except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def unlisted_covers(unlisted: list[tuple[str, str]], path: str) -> bool:
+    """Whether a stored path lies where ``listing`` could not look (``unlisted``)."""
+    return any(path.startswith(prefix) and "/" not in path[len(prefix):]
+               and fnmatch.fnmatchcase(path[len(prefix):], name) for prefix, name in unlisted)
 
 
 def _is_file(path: str | os.DirEntry) -> bool:

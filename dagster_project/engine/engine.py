@@ -29,7 +29,7 @@ from dagster_project.engine import bronze as bronze_mod
 from dagster_project.engine import known as known_mod
 from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
                                                ensure_schema, reset_source)
-from dagster_project.engine.discovery import SQLITE_SUFFIXES, listing
+from dagster_project.engine.discovery import SQLITE_SUFFIXES, listing, unlisted_covers
 from dagster_project.engine.readers import FileView, Unit
 from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
@@ -133,7 +133,8 @@ class Ingestor:
                 "bronze": expired, "raw": raw_before - privacy._count(self.con, f"raw.{q(self.spec.name)}")}})
         self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
-        files = listing(self.spec, self.settings.raw_dir)
+        unlisted: list[tuple[str, str]] = []  # where the listing may not look (permission denied)
+        files = listing(self.spec, self.settings.raw_dir, unlisted)
         # line files whose stat is the one their cached state recorded: unchanged, their state unread
         settled = known.settled if self.spec.format == "jsonl" and self.settings.trust_ctime else {}
         batch: list[bronze_mod.Entry] = []
@@ -158,7 +159,16 @@ class Ingestor:
                 batch, size = [], 0
         present = {p for p, _ in files}
         for path in sorted(set(known) - present):
-            if known[path].get("status") != "missing":
+            if known[path].get("status") == "missing":
+                continue
+            if unlisted_covers(unlisted, path):
+                # Its directory (or the path) may not be looked at now: not gone, as an unreadable
+                # file (taken as missing, each file came back as a new generation, read again whole).
+                batch.append(self._entry(path, Unit("event", event=(
+                    "unreadable", "its directory may not be listed (permission denied); earlier rows kept, "
+                                  "retried next run"))))
+                self.results.setdefault(path, FileResult(path, "unreadable")).event = "unreadable"
+            else:
                 # A vanished file: its rows stay; if it comes back it is read as a new generation.
                 batch.append(self._entry(path, Unit("event", state={**known[path], "status": "missing"},
                                                     event=("missing", "the file is gone; its rows are kept"))))

@@ -89,24 +89,29 @@ def test_an_unchanged_file_is_not_read(settings, monkeypatch, deferred):
     path = write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(3)],
                        newline_at_end=not deferred)
     con, _ = ingest(settings, "run-1", sources=["interactions"])
-    mapped, real_read = [], jsonl.read
-    monkeypatch.setattr(jsonl, "read", lambda view, fh: mapped.append(view.real) or real_read(view, fh))
+    opened, real_read = [], jsonl.read
+    monkeypatch.setattr(jsonl, "read", lambda view, fh: opened.append(view.real) or real_read(view, fh))
     later = os.path.getmtime(path) + settings.seal_after_seconds + 1
     con, reports = ingest(settings, "run-2", sources=["interactions"], con=con, now=later)
-    assert mapped == ([path] if deferred else [])
+    assert opened == ([path] if deferred else [])
     assert reports["interactions"].files[0].event == ("sealed" if deferred else "unchanged")
     assert rows(con, "select lines_read, rows_loaded, rows_quarantined from ingest.files") == [
         (3, 2 + (not deferred), int(deferred))]
 
 
+@pytest.mark.parametrize("window", [None, 1000])  # the reader's default, or a span every ~2 lines
 @pytest.mark.parametrize("lines", [1, 148, 200])  # 148 lines fit one tail block, 149 do not
-def test_recorded_tail_hash_is_the_last_consumed_block(settings, lines):
+def test_recorded_tail_hash_is_the_last_consumed_block(settings, monkeypatch, lines, window):
     """For a file within one tail block the prefix hash is reused as the tail hash: both must be
-    the sha256 of the last consumed block, however the file was read (at once or appended to)."""
+    the sha256 of the last consumed block, however the file was read (at once or appended to, in
+    one window or in many, the tail block then assembled from many spans), and the spans are the
+    file's bytes, each line once."""
     import hashlib
 
-    from dagster_project.engine.readers import TAIL_CHECK_BYTES
+    from dagster_project.engine.readers import TAIL_CHECK_BYTES, jsonl
 
+    if window:
+        monkeypatch.setattr(jsonl, "CHUNK_BYTES", window)
     path = write_lines(settings.raw_dir / INTERACTIONS, [dumps(interaction(i)) for i in range(lines)])
     con, _ = ingest(settings, "run-1", sources=["interactions"])
     with path.open("ab") as fh:
@@ -119,6 +124,11 @@ def test_recorded_tail_hash_is_the_last_consumed_block(settings, lines):
         assert entry.state["offset"] == end
         assert entry.state["tail_sha"] == hashlib.sha256(data[max(0, end - TAIL_CHECK_BYTES):end]).hexdigest()
         assert entry.state["prefix_sha"] == hashlib.sha256(data[:end]).hexdigest()
+    kept = Bronze(settings, "interactions")
+    spans = [e for e in kept.entries() if e.kind == "span"]
+    assert b"".join(bytes(kept.payload(e)) for e in spans) == data[:len(data) - len(b'{"partial": ')]
+    assert len(spans) > lines // 4 if window else len(spans) == 2  # (a line is 439 bytes)
+    assert rows(con, "select count(*), count(distinct line_number) from raw.interactions") == [(lines + 1, lines + 1)]
 
 
 def test_more_new_files_than_the_process_may_hold_open_are_all_read_in_one_run(settings):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
+from dagster_project.engine.readers.jsonl import hash_prefix, read_at
 from dagster_project.settings import Settings
 from transforms import arrowcols
 from transforms.jsontext import value_end
@@ -18,18 +19,16 @@ from transforms.lines import LINES_SCHEMA, Rejected
 
 
 def read(view: FileView, fh) -> list[Unit]:
-    """The whole array (``fh``: the file, open for reading), when it changed; read into memory
-    (``jsonl.read_at``) up to the size its stat gave."""
-    from dagster_project.engine.readers.jsonl import read_at
-
+    """The whole array (``fh``: the file, open for reading), when its sha256 changed: then read
+    into memory (``jsonl.read_at``) up to the size its stat gave, and hashed as read."""
     known = view.known
     sig = stat_signature(fh.fileno())
+    if known is not None and known.get("format") == "json_array" and known.get("status") == "ok":
+        current = hashlib.sha256()
+        if hash_prefix(current, fh.fileno(), sig["size"]) and known["prefix_sha"] == current.hexdigest():
+            return finish([], {**known, **sig}, known)  # hashed in blocks, not held
     data = memoryview(read_at(fh.fileno(), 0, sig["size"]))
     sha = hashlib.sha256(data).hexdigest()
-    if known is not None and known.get("format") == "json_array" and known.get("status") == "ok" \
-            and known["prefix_sha"] == sha:
-        state = {**known, **sig}
-        return finish([], state, known)
     generation = (known or {}).get("generation", 0) + 1
     units = []
     if known is not None:

@@ -19,7 +19,7 @@ from dagster_project.settings import Settings
 from transforms.lines import Rejected, find_newlines, split_lines
 from dagster_project.engine.readers import TAIL_CHECK_BYTES, FileView, Unit, finish, sealed, stat_signature
 
-CHUNK_BYTES = 256 * 1024 * 1024  # spans of at most this much, so memory stays bounded
+CHUNK_BYTES = 256 * 1024 * 1024  # new bytes are read this much at a time, a span per read (longer lines: more)
 HASH_BLOCK = 16 * 1024 * 1024  # the consumed prefix is hashed in reads of this much (not kept)
 READ_MAX = 1 << 30  # one read's most (Linux returns at most ~2 GiB)
 
@@ -46,7 +46,7 @@ def _tail_hash(fd: int, offset: int) -> str | None:
     return hashlib.sha256(tail).hexdigest() if len(tail) == offset - start else None
 
 
-def _hash_prefix(hasher, fd: int, length: int) -> bool:
+def hash_prefix(hasher, fd: int, length: int) -> bool:
     """Feed the file's first ``length`` bytes to ``hasher``; False when it is shorter now."""
     done = 0
     while done < length:
@@ -106,7 +106,7 @@ def unchanged(view: FileView) -> bool:
     """``read`` would find nothing to do. Nearly every file of a lake is unchanged on a given
     run: one whose size, mtime, inode and settled ctime are the recorded ones is not read at
     all (a write or a utime moves the ctime, and nothing sets it back); else one small read of
-    its last consumed block, instead of mapping the file. Reading that block of each of the
+    its last consumed block, instead of reading the file. Reading that block of each of the
     1M bench lake's 3,932 interaction files cost a no-op run 0.26 s (250 MB hashed).
     ``FLYWHEEL_TRUST_CTIME=0`` always reads that block (a mount whose ctime does not follow
     writes: sshfs reports the mtime). A file found unchanged by that block whose ctime is to be
@@ -155,28 +155,34 @@ def read(view: FileView, fh=None) -> list[Unit]:
         if known is not None:
             units.append(Unit("event", event=("reappeared" if known.get("status") == "missing" else "new_generation",
                                                f"read again from byte 0 as generation {generation}")))
-    elif size < offset or not _hash_prefix(hasher, fd, offset):  # (shorter than the stat said: shrunk since)
+    elif size < offset or not hash_prefix(hasher, fd, offset):  # (shorter than the stat said: shrunk since)
         generation, offset, lines_done, hasher = generation + 1, 0, 0, hashlib.sha256()
+        now = f"{size:,}" if size < known["offset"] else "fewer (since its stat)"
         units.append(Unit("event", event=("shrunk", f"was {known['size']:,} bytes with {known['offset']:,} consumed, "
-                                                    f"now {size:,}; earlier rows kept, re-read as generation {generation}")))
+                                                    f"now {now}; earlier rows kept, re-read as generation {generation}")))
     elif not same and offset and hasher.hexdigest() != known["prefix_sha"]:
         generation, offset, lines_done, hasher = generation + 1, 0, 0, hashlib.sha256()
         units.append(Unit("event", event=("rewritten", f"the first {known['offset']:,} consumed bytes changed; "
                                                        f"earlier rows kept, re-read as generation {generation}")))
 
-    # the new bytes, in memory (``read_at``); ``position`` and ``end`` are the file's offsets
-    data = read_at(fd, offset, size - offset)
-    size = offset + len(data)
-    position = offset
-    while position < size:
-        window_end = min(size, position + CHUNK_BYTES)
-        nl = data.rfind(b"\n", position - offset, window_end - offset)
-        if nl < 0 and window_end < size:
-            nl = data.find(b"\n", window_end - offset)  # one line longer than the window: take it whole
+    # The new bytes, read into memory a window at a time (``read_at``): each span holds its own
+    # window, so what a file's read holds is its new bytes, once.
+    position = read_to = offset  # the end of the last span, and of what was read
+    rest = b""  # bytes read past the last complete line
+    spans: list[memoryview] = []
+    while read_to < size:
+        want = min(CHUNK_BYTES, size - read_to)
+        block = read_at(fd, read_to, want)
+        read_to += len(block)
+        if len(block) < want:
+            size = read_to  # shorter than its stat said: shrunk since
+        window = rest + block if rest else block
+        nl = window.rfind(b"\n")
         if nl < 0:
-            break
-        end = offset + nl + 1
-        span = memoryview(data)[position - offset:end - offset]
+            rest = window  # one line longer than the window: read on
+            continue
+        span, rest = memoryview(window)[:nl + 1], window[nl + 1:]
+        end = position + len(span)
         # where its lines end, found once: ``decode`` splits the span there (counting them apart
         # cost 0.7 s of the 1M lake's interaction ingest, 0.45 s of it copying blocks to count)
         newlines = find_newlines(np.frombuffer(span, dtype=np.uint8))
@@ -187,33 +193,44 @@ def read(view: FileView, fh=None) -> list[Unit]:
         units.append(Unit("span", span, {"generation": generation, "start": position, "end": end,
                                          "first_line": lines_done + 1, "lines": n, "sealed": False},
                           sha256=hasher.hexdigest() if position == 0 else None, parsed=newlines))
+        spans.append(span)
         position, lines_done = end, lines_done + n
 
-    deferred = size - position
+    deferred = size - position  # ``rest`` holds those bytes
     if deferred and sealed(view, changed_at):
-        span = memoryview(data)[position - offset:]
+        span = memoryview(rest)
         units.append(Unit("span", span, {"generation": generation, "start": position, "end": size,
                                          "first_line": lines_done + 1, "lines": 1, "sealed": True},
                           event=("sealed", f"partial last line of {deferred} bytes quarantined")))
         hasher.update(span)
+        spans.append(span)
         position, lines_done, deferred = size, lines_done + 1, 0
     # hasher holds bytes [0, position): for a file within one tail block that is the tail too
     prefix = hasher.hexdigest()
     state = {"format": "jsonl", "status": "ok", **sig, "size": size, "generation": generation, "offset": position,
              "lines": lines_done, "prefix_sha": prefix if position else None,
-             "tail_sha": prefix if position <= TAIL_CHECK_BYTES else _read_tail_sha(fd, data, offset, position),
+             "tail_sha": prefix if position <= TAIL_CHECK_BYTES else _read_tail_sha(fd, spans, offset, position),
              "changed_at": changed_at, "deferred": deferred}
     return finish(units, state, known)
 
 
-def _read_tail_sha(fd: int, data: bytes, offset: int, position: int) -> str | None:
-    """The sha256 of the ``TAIL_CHECK_BYTES`` before ``position`` as read: from ``data`` (the
-    bytes read from ``offset``), and from the file for the part before ``offset``."""
+def _read_tail_sha(fd: int, spans: list[memoryview], offset: int, position: int) -> str | None:
+    """The sha256 of the ``TAIL_CHECK_BYTES`` before ``position`` as read: from ``spans`` (the
+    bytes read from ``offset`` to ``position``), and from the file for the part before ``offset``."""
     start = max(0, position - TAIL_CHECK_BYTES)
     before = os.pread(fd, offset - start, start) if start < offset else b""
     if len(before) != max(0, offset - start):
         return None  # shorter now: the next run reads the file again
-    return hashlib.sha256(before + bytes(memoryview(data)[max(0, start - offset):position - offset])).hexdigest()
+    pieces, need = [], position - max(start, offset)
+    for span in reversed(spans):
+        if need <= 0:
+            break
+        pieces.append(span[max(0, len(span) - need):])
+        need -= len(pieces[-1])
+    tail = hashlib.sha256(before)
+    for piece in reversed(pieces):
+        tail.update(piece)
+    return tail.hexdigest()
 
 
 def decode(data, meta: dict, settings: Settings, newlines=None) -> tuple[pa.Table, list[Rejected], int]:

@@ -241,11 +241,12 @@ def test_a_store_recreated_smaller_flags_every_old_row_whether_or_not_a_run_saw_
 
 
 def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
-    """A producer's directory briefly may not be listed (mode 000 during a permissions fix): its
-    files were taken as gone, came back as new generations and were read again whole (every line
-    twice in raw, ``lines_read`` doubled); a source whose glob names one file (the README's
-    ``~/.store/session_feedback.sqlite3``) in a directory that may not be searched failed its
-    step. Each file is now ``unreadable`` for that run, its rows kept, and the next run finds it
+    """Permission denied, briefly (modes changed by a permissions fix): a directory that may not
+    be listed had its files taken as gone, then read again whole as new generations (every line
+    twice in raw, ``lines_read`` doubled); a link into a directory that may not be searched hid
+    every file beside it; a source naming one file in such a directory (the README's
+    ``~/.store/session_feedback.sqlite3``) failed its step. Each such file is now ``unreadable``
+    for that run, its rows kept, the files beside it read as usual, and the next run finds it
     unchanged. When the tests run as root, the run that may not look runs without the two
     capabilities that let root past any mode (``setpriv``)."""
     import shutil
@@ -266,25 +267,35 @@ def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
         logs = settings.raw_dir / "interactions"
         write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
         write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(i)) for i in range(3, 5)])
-        both = ["interactions", "session_ratings"]
-        con, _ = ingest(settings, "run-1", sources=both)
+
+        def queued(*items):
+            return [json.dumps({"query": f"q{i}", "response": f"a{i}", "weight": 1.0}) for i in items]
+
+        queue = write_lines(settings.raw_dir / "weighted" / "training_queue.jsonl", queued(1))
+        elsewhere = write_lines(base / "elsewhere" / "queue.jsonl", queued(2))
+        (queue.parent / "training_queue_linked.jsonl").symlink_to(elsewhere)
+        sources_read = ["interactions", "session_ratings", "weighted_queue"]
+        con, _ = ingest(settings, "run-1", sources=sources_read)
         con.close()
-        logs.chmod(0)
-        store_path.parent.chmod(0)
+        write_lines(queue, queued(3), mode="ab")  # beside the link that may not be followed: read
+        private = [logs, store_path.parent, elsewhere.parent]
+        for path in private:
+            path.chmod(0)
         caps = "-dac_override,-dac_read_search"
-        done = run_dying(settings, "", run_id="run-2", sources=both, env=env, wrapper=(
+        done = run_dying(settings, "", run_id="run-2", sources=sources_read, env=env, wrapper=(
             ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()))
-        logs.chmod(0o755)
-        store_path.parent.chmod(0o755)
+        for path in private:
+            path.chmod(0o755)
         assert done.returncode == 0, done.stderr
-        con, reports = ingest(settings, "run-3", sources=both)
+        con, reports = ingest(settings, "run-3", sources=sources_read)
         assert {f.event for r in reports.values() for f in r.files} == {"unchanged"}
         assert rows(con, "select run_id, event, count(*) from ingest.file_events group by all order by all") == [
-            ("run-2", "unreadable", 3)]
+            ("run-2", "unreadable", 4)]
         assert rows(con, "select source, lines_read, rows_loaded, generation from ingest.files order by source, path") == [
-            ("interactions", 3, 3, 1), ("interactions", 2, 2, 1), ("session_ratings", 2, 2, 1)]
-        assert rows(con, "select (select count(*) from raw.interactions), (select count(*) from raw.session_ratings)") == [
-            (5, 2)]
+            ("interactions", 3, 3, 1), ("interactions", 2, 2, 1), ("session_ratings", 2, 2, 1),
+            ("weighted_queue", 1, 1, 1), ("weighted_queue", 2, 2, 1)]
+        assert rows(con, "select (select count(*) from raw.interactions), (select count(*) from raw.session_ratings), "
+                         "(select count(*) from raw.weighted_queue)") == [(5, 2, 3)]
         con.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -22,9 +22,10 @@ def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
 
 def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     """``discover``'s files, each real path a string: the engine makes a ``Path`` only of the few
-    files it reads (~5 µs each). ``unlisted``: where the places the listing may not look (a
-    directory that may not be listed, a path that may not be looked up: permission denied) are
-    added, each as (stored prefix, name pattern): their files are neither present nor gone.
+    files it reads (~5 µs each). ``unlisted``: where each directory a glob's last part may not
+    be listed (permission denied) is added, as (stored prefix, name pattern): the files the lake
+    knows there are neither present nor gone. (``Path.glob``, which the other globs go through,
+    skips a directory it may not list: its files are taken as gone.)
 
     Every run lists every file of the lake, so the cost per file is the floor of a run's cost as
     the lake ages (a year of the bench lake's producers is ~23,000 interaction files). A glob
@@ -65,9 +66,9 @@ _NOT_A_FILE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 def _scan(directory: Path, name: str) -> list[tuple[str, bool]]:
     """(name, is a link) of the files (or links to files) in ``directory`` that ``name`` matches
     as ``Path.glob`` matches a last part: case-sensitive, hidden files included; a directory that
-    is missing matches nothing, one that may not be listed (or a name that may not be looked up)
-    raises PermissionError, another error is raised too; an entry that is a broken link or a link
-    loop is not a file. A name without wildcards is looked up, not listed."""
+    is missing matches nothing, one that may not be listed raises PermissionError, another error
+    is raised too; an entry that is a broken link or a link loop is not a file. A name without
+    wildcards is looked up, not listed."""
     if _MAGIC.search(name) is None:
         path = os.path.join(directory, name)
         return [(name, os.path.islink(path))] if _is_file(path) else []
@@ -86,9 +87,14 @@ def unlisted_covers(unlisted: list[tuple[str, str]], path: str) -> bool:
 
 
 def _is_file(path: str | os.DirEntry) -> bool:
-    """``Path.is_file``: a regular file, through links (a listed entry's type costs no call)."""
+    """``Path.is_file``: a regular file, through links (a listed entry's type costs no call). A
+    path that may not be looked up (permission denied: a link into a directory that may not be
+    searched, a named file in one) counts as a file: its reader reports it ``unreadable`` and the
+    rows it had stay (else one such link hid its whole directory, one such name failed the step)."""
     try:
         return path.is_file() if isinstance(path, os.DirEntry) else stat.S_ISREG(os.stat(path).st_mode)
+    except PermissionError:
+        return True
     except OSError as exc:
         if exc.errno in _NOT_A_FILE:
             return False
@@ -122,7 +128,7 @@ def _glob(pattern: str, raw_dir: Path) -> Iterator[Path]:
         matches = Path(anchor).glob(os.path.relpath(pattern, anchor))
     else:
         matches = raw_dir.glob(pattern)
-    return (real for real in matches if real.is_file())
+    return (real for real in matches if _is_file(str(real)))
 
 
 class _Resolver:

@@ -243,7 +243,8 @@ def test_a_store_recreated_smaller_flags_every_old_row_whether_or_not_a_run_saw_
 def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
     """Permission denied, briefly (modes changed by a permissions fix): a directory that may not
     be listed had its files taken as gone, then read again whole as new generations (every line
-    twice in raw, ``lines_read`` doubled); a link into a directory that may not be searched hid
+    twice in raw, ``lines_read`` doubled; ``Path.glob``, for a glob with wildcards before its last
+    part, skips such a directory); a link into a directory that may not be searched hid
     every file beside it; a source naming one file in such a directory (the README's
     ``~/.store/session_feedback.sqlite3``) failed its step. Each such file is now ``unreadable``
     for that run, its rows kept, the files beside it read as usual, and the next run finds it
@@ -260,13 +261,16 @@ def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
         store_path = base / "tool" / "session_feedback.sqlite3"
         store(store_path, ["r1", "r2"], journal="DELETE").close()
         sources = base / "sources.yml"
-        sources.write_text(f"sources:\n  session_ratings:\n    globs: [{str(store_path)!r}]\n")
+        sources.write_text(f"sources:\n  session_ratings:\n    globs: [{str(store_path)!r}]\n"
+                           "  interactions:\n    globs: ['interactions/interactions_*.jsonl', 'more/*/interactions_*.jsonl']\n")
         env = {"FLYWHEEL_SOURCES": str(sources), "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"}
         settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(base / "raw"), "FLYWHEEL_WAREHOUSE": str(base / "w.duckdb"),
                                       "FLYWHEEL_EXPORT_DIR": str(base / "exports"), **env})
         logs = settings.raw_dir / "interactions"
         write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
         write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(i)) for i in range(3, 5)])
+        deeper = settings.raw_dir / "more" / "a"  # its glob goes through Path.glob, which skips it unlisted
+        write_lines(deeper / "interactions_2026-02-26_00000003.jsonl", [dumps(interaction(5))])
 
         def queued(*items):
             return [json.dumps({"query": f"q{i}", "response": f"a{i}", "weight": 1.0}) for i in items]
@@ -278,7 +282,7 @@ def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
         con, _ = ingest(settings, "run-1", sources=sources_read)
         con.close()
         write_lines(queue, queued(3), mode="ab")  # beside the link that may not be followed: read
-        private = [logs, store_path.parent, elsewhere.parent]
+        private = [logs, deeper, store_path.parent, elsewhere.parent]
         for path in private:
             path.chmod(0)
         caps = "-dac_override,-dac_read_search"
@@ -290,12 +294,12 @@ def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
         con, reports = ingest(settings, "run-3", sources=sources_read)
         assert {f.event for r in reports.values() for f in r.files} == {"unchanged"}
         assert rows(con, "select run_id, event, count(*) from ingest.file_events group by all order by all") == [
-            ("run-2", "unreadable", 4)]
+            ("run-2", "unreadable", 5)]
         assert rows(con, "select source, lines_read, rows_loaded, generation from ingest.files order by source, path") == [
-            ("interactions", 3, 3, 1), ("interactions", 2, 2, 1), ("session_ratings", 2, 2, 1),
+            ("interactions", 3, 3, 1), ("interactions", 2, 2, 1), ("interactions", 1, 1, 1), ("session_ratings", 2, 2, 1),
             ("weighted_queue", 1, 1, 1), ("weighted_queue", 2, 2, 1)]
         assert rows(con, "select (select count(*) from raw.interactions), (select count(*) from raw.session_ratings), "
-                         "(select count(*) from raw.weighted_queue)") == [(5, 2, 3)]
+                         "(select count(*) from raw.weighted_queue)") == [(6, 2, 3)]
         con.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)

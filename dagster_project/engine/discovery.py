@@ -25,7 +25,7 @@ def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | N
     files it reads (~5 µs each). ``unlisted``: where each directory a glob's last part may not
     be listed (permission denied) is added, as (stored prefix, name pattern): the files the lake
     knows there are neither present nor gone. (``Path.glob``, which the other globs go through,
-    skips a directory it may not list: its files are taken as gone.)
+    skips a directory it may not list: the engine finds such a file refused when it looks it up.)
 
     Every run lists every file of the lake, so the cost per file is the floor of a run's cost as
     the lake ages (a year of the bench lake's producers is ~23,000 interaction files). A glob

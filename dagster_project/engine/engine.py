@@ -66,6 +66,17 @@ Progress = Callable[[str], None]
 # --------------------------------------------------------------------------- the engine
 
 
+def _denied(raw_dir: Path, stored: str) -> bool:
+    """Whether looking up the file stored as ``stored`` is refused (permission denied)."""
+    try:
+        os.stat(stored if os.path.isabs(stored) else raw_dir / stored)
+    except PermissionError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
 def _bytes_held(unit: Unit) -> int:
     """What a unit holds until its batch is applied: its bytes, and what its reader found in them
     (``Unit.parsed``: a span's newline positions, 8 bytes a line, more than the line itself for
@@ -161,11 +172,12 @@ class Ingestor:
         for path in sorted(set(known) - present):
             if known[path].get("status") == "missing":
                 continue
-            if unlisted_covers(unlisted, path):
-                # Its directory (or the path) may not be looked at now: not gone, as an unreadable
-                # file (taken as missing, each file came back as a new generation, read again whole).
+            if unlisted_covers(unlisted, path) or _denied(self.settings.raw_dir, path):
+                # Its directory may not be listed, or the file may not be looked up (a glob through
+                # Path.glob, which skips such a directory): not gone, as an unreadable file (taken
+                # as missing, each came back as a new generation, read again whole).
                 batch.append(self._entry(path, Unit("event", event=(
-                    "unreadable", "its directory may not be listed (permission denied); earlier rows kept, "
+                    "unreadable", "its directory may not be listed or searched (permission denied); earlier rows kept, "
                                   "retried next run"))))
                 self.results.setdefault(path, FileResult(path, "unreadable")).event = "unreadable"
             else:

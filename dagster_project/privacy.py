@@ -535,18 +535,30 @@ def _text_columns(columns: list[dict]) -> list[str]:
     return [c["name"] for c in columns if c["type"].upper().startswith(("VARCHAR", "JSON"))]
 
 
+# An id this long or longer is also matched where text mentions it; a shorter one (a user id
+# "7") only where a value is the id: mentions of "7" are in every other row (a forget of user "7"
+# emptied the kept snapshots' interactions and training sets).
+MENTION_MIN = 8
+
+
+def mention(subject_id: str) -> str | None:
+    """The id to look for inside text, or None when it is too short to mean the subject."""
+    return subject_id if len(subject_id) >= MENTION_MIN else None
+
+
 def subject_condition(subject_id: str, values: set[str]):
-    """A row goes if a text column equals one of ``values`` or contains the raw id."""
+    """A row goes if a text column equals one of ``values`` or contains the raw id (``mention``)."""
     from dagster_project.publishing.parquet import lit, q
 
     listed = ", ".join(lit(v) for v in sorted(values))
+    inside = mention(subject_id)
 
     def condition(table: str, columns: list[dict]) -> str | None:
         names = _text_columns(columns)
         if not names:
             return None
-        return " or ".join(f"({q(n)}::varchar in ({listed}) or contains({q(n)}::varchar, {lit(subject_id)}))"
-                           for n in names)
+        return " or ".join(f"({q(n)}::varchar in ({listed})"
+                           + (f" or contains({q(n)}::varchar, {lit(inside)}))" if inside else ")") for n in names)
     return condition
 
 
@@ -649,7 +661,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
         for spec in [] if resume else sorted(specs.values(), key=lambda s: not s.carries):
             if not spec.subjects:
                 continue
-            matcher = Matcher(spec, secret, all_keys, mention=subject_id if len(subject_id) >= 8 else None)
+            matcher = Matcher(spec, secret, all_keys, mention=mention(subject_id))
             n = scrub_bronze(settings, spec, matcher)
             all_keys |= matcher.carried
             values |= matcher.values
@@ -703,9 +715,10 @@ def compact_state(settings: Settings) -> None:
 
 def _scrub_run_log(con: duckdb.DuckDBPyConnection, subject_id: str, values: set[str]) -> None:
     """The run log is not rebuilt from bronze: drop its rows naming the subject."""
+    inside = mention(subject_id)
     for table, column in (("ingest.excluded", "row_key"), ("ingest.excluded", "detail")):
         try:
             con.execute(f"delete from {table} where {column} in (select unnest(?::varchar[])) "
-                        f"or contains({column}, ?)", [sorted(values), subject_id])
+                        f"or (? is not null and contains({column}, ?))", [sorted(values), inside, inside])
         except duckdb.CatalogException:
             pass

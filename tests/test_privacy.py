@@ -209,6 +209,42 @@ def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_on
 
 
 @pytest.mark.slow
+def test_forgetting_a_short_id_takes_only_the_rows_it_names(lake):
+    """A user id of one character ("7") is in the text of nearly every row: the kept snapshots
+    were scrubbed of every row containing it (the interactions and training sets emptied) and
+    the run log likewise. An id under 8 characters is matched only where a value is the id."""
+    import sqlite3
+
+    settings = lake
+    store = next((settings.raw_dir / "sessions").glob("*.sqlite3"))
+    conn = sqlite3.connect(store)
+    value = json.loads(conn.execute("select value from session_feedback order by recorded_at desc limit 1").fetchone()[0])
+    value.update(id="rating-of-user-7", user_id_or_null="7")
+    conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, recorded_date, "
+                 "label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                 (value["id"], value["session_id_opaque"], "7", value["recorded_at"], value.get("recorded_date"),
+                  value["label"], value.get("turn_count_at_end"), value["source"], json.dumps(value)))
+    conn.commit()
+    conn.close()
+    assert run_pipeline(settings).success
+
+    def counts():
+        wh = duckdb.connect(os.path.realpath(settings.warehouse), read_only=True)
+        try:
+            return {t: wh.execute(f"select count(*) from {t}").fetchone()[0]
+                    for t in ("staging.interactions", "exports.sft", "exports.kto", "staging.session_ratings")}
+        finally:
+            wh.close()
+
+    before = counts()
+    assert min(before.values()) > 0
+    done = cli(settings, "forget", "--user", "7")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert counts() == {**before, "staging.session_ratings": before["staging.session_ratings"] - 1}
+    for version in _versions(snapshots_dir(settings.export_dir)):  # every kept snapshot reads whole
+        verify_snapshot(settings.export_dir, version)
+
+
 def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
     from dagster_project import privacy
     from dagster_project.sources import builtin_sources

@@ -107,6 +107,40 @@ def test_a_run_reads_only_the_bronze_segments_after_what_raw_holds(settings, mon
     assert opened == [f"{4:012d}.jsonl"]
 
 
+def test_files_gone_for_a_while_and_back_as_they_were_are_read_on_not_again(settings):
+    """A mount point unmounted for a run, a glob narrowed then restored: every file the lake knew
+    was gone for that run. When they came back, each was read again whole as a new generation
+    (every line twice in raw, ``lines_read`` doubled, every quarantined line listed twice). A line
+    file back with the bytes the lake read is read on from there; a JSON array back unchanged is
+    not read again. One whose consumed bytes changed is still a new generation."""
+    logs = settings.raw_dir / "interactions"
+    kept = write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
+    changed = write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(3)), "not json"])
+    queue = settings.raw_dir / "weighted" / "training_queue.jsonl"
+    queue.parent.mkdir(parents=True)
+    queue.write_text(json.dumps([{"query": "q1", "response": "a1", "weight": 1.0}]))
+    con, _ = ingest(settings, "run-1", sources=["interactions", "weighted_queue"])
+    away = settings.raw_dir.parent / "away"
+    settings.raw_dir.rename(away)  # unmounted
+    settings.raw_dir.mkdir()
+    con, reports = ingest(settings, "run-2", sources=["interactions", "weighted_queue"], con=con)
+    assert {f.event for r in reports.values() for f in r.files} == {"missing"}
+    settings.raw_dir.rmdir()
+    away.rename(settings.raw_dir)
+    write_lines(kept, [dumps(interaction(9))], mode="ab")
+    write_lines(changed, [dumps(interaction(4)), "not json"])  # its first line is another
+    con, reports = ingest(settings, "run-3", sources=["interactions", "weighted_queue"], con=con)
+    assert sorted(f.event for r in reports.values() for f in r.files) == ["reappeared"] * 3
+    assert rows(con, "select path, lines_read, rows_loaded, rows_quarantined, generation from ingest.files "
+                     "order by path") == [
+        ("interactions/interactions_2026-02-26_00000001.jsonl", 4, 4, 0, 1),
+        ("interactions/interactions_2026-02-26_00000002.jsonl", 4, 2, 2, 2),
+        ("weighted/training_queue.jsonl", 1, 1, 0, 1)]
+    assert rows(con, "select count(*) from raw.interactions") == [(6,)]
+    check_accounting(con)
+    con.close()
+
+
 @pytest.mark.parametrize("source", ["interactions", "weighted_queue"])
 def test_a_file_its_producer_rewrites_during_the_run_is_kept_as_read(settings, source):
     """A producer rewrites a file (truncate and write, shorter) after the run read it and before

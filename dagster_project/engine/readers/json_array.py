@@ -23,10 +23,13 @@ def read(view: FileView, fh) -> list[Unit]:
     into memory (``jsonl.read_at``) up to the size its stat gave, and hashed as read."""
     known = view.known
     sig = stat_signature(fh.fileno())
-    if known is not None and known.get("format") == "json_array" and known.get("status") == "ok":
+    if known is not None and known.get("format") == "json_array" and known.get("status") in ("ok", "missing"):
         current = hashlib.sha256()
         if hash_prefix(current, fh.fileno(), sig["size"]) and known["prefix_sha"] == current.hexdigest():
-            return finish([], {**known, **sig}, known)  # hashed in blocks, not held
+            # hashed in blocks, not held; back unchanged after it was gone: not read again
+            back = [Unit("event", event=("reappeared", "back unchanged; not read again"))] \
+                if known["status"] == "missing" else []
+            return finish(back, {**known, **sig, "status": "ok"}, known)
     data = memoryview(read_at(fh.fileno(), 0, sig["size"]))
     sha = hashlib.sha256(data).hexdigest()
     generation = (known or {}).get("generation", 0) + 1

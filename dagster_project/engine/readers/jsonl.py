@@ -75,6 +75,15 @@ def _nothing_due(view: FileView, known: dict) -> bool:
     return known["deferred"] == 0 or not sealed(view, known["changed_at"])
 
 
+def _back_as_it_was(known: dict | None, fd: int, size: int, hasher) -> bool:
+    """A line file the lake had seen gone whose consumed bytes are the ones it read (their
+    sha256, fed to ``hasher``, is the recorded ``prefix_sha``)."""
+    if known is None or known.get("status") != "missing" or known.get("format") != "jsonl" \
+            or not known.get("offset") or size < known["offset"]:
+        return False
+    return hash_prefix(hasher, fd, known["offset"]) and hasher.hexdigest() == known["prefix_sha"]
+
+
 def _should_record_ctime(view: FileView, sig: dict) -> bool:
     """No ctime was recorded for the file (it was read within ``CTIME_SETTLED_SECONDS`` of a
     write, as a day's file just after its last append, or before the lake kept ctimes) and it
@@ -150,7 +159,14 @@ def read(view: FileView, fh=None) -> list[Unit]:
     generation = known.get("generation", 0) if known else 0
     lines_done = known["lines"] if live else 0
     hasher = hashlib.sha256()
-    if not live:
+    if not live and _back_as_it_was(known, fd, size, hasher):
+        # Gone for a while (a mount point unmounted, a glob narrowed, a directory not listable),
+        # back with what the lake read of it: read on, not again (that doubled its rows in raw).
+        offset, lines_done = known["offset"], known["lines"]
+        units.append(Unit("event", event=("reappeared", f"back with its {offset:,} consumed bytes unchanged; "
+                                                        "read on from there")))
+    elif not live:
+        hasher = hashlib.sha256()
         generation += 1
         if known is not None:
             units.append(Unit("event", event=("reappeared" if known.get("status") == "missing" else "new_generation",

@@ -82,6 +82,9 @@ def _run(settings: Settings, **kwargs):
         first = str(exc).strip().splitlines()[0]
         fail(f"{settings.state_db}: cannot open the state database, another process holds it ({first}); "
              "close that connection and run again", 1)
+    except (duckdb.Error, OSError) as exc:  # outside any step (a full disk, a lost mount): one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        fail(f"the run stopped: {first}; `flywheel status` shows what is published", 1)
 
 
 def _print_pruned(result, settings: Settings) -> None:
@@ -323,15 +326,18 @@ def quarantine_export(
         "order by source, path, line_number", {"source": source, "reason": reason})
     names = [d[0] for d in result.description]
     rows = result.fetchall()
-    if destination.suffix == ".csv":
-        with destination.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(names)
-            writer.writerows(rows)
-    else:
-        with destination.open("w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
+    try:
+        if destination.suffix == ".csv":
+            with destination.open("w", newline="", encoding="utf-8") as fh:
+                writer = csv.writer(fh)
+                writer.writerow(names)
+                writer.writerows(rows)
+        else:
+            with destination.open("w", encoding="utf-8") as fh:
+                for row in rows:
+                    fh.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
+    except OSError as exc:  # a directory of that name, a read-only directory, a full disk
+        fail(f"{destination}: cannot write it: {exc.strerror or exc}")
     console.print(f"wrote {len(rows):,} quarantined rows to {destination}")
 
 

@@ -193,7 +193,9 @@ class Settings:
         if self.warehouse.is_dir():
             problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is a directory: name the database file, "
                             f"e.g. FLYWHEEL_WAREHOUSE={self.warehouse / 'warehouse.duckdb'}")
-        elif problem := _unwritable(self.warehouse.parent):
+        elif problem := _unwritable(self.warehouse.parent) or _unwritable(self.state_dir):
+            # (the state directory beside it holds the writer's database: read-only, a run failed
+            # at its first commit)
             problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse}: {problem}; choose a writable place, "
                             f"e.g. FLYWHEEL_WAREHOUSE={Path.home() / 'flywheel' / 'warehouse.duckdb'}")
         if self.export_dir.exists() and not self.export_dir.is_dir():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -247,7 +248,15 @@ def state_connection(settings: Settings, *, lock: bool = True) -> Iterator[duckd
         try:
             con.execute("set TimeZone = 'UTC'")
             yield con
-            con.execute("checkpoint")
+            try:
+                con.execute("checkpoint")
+            except duckdb.Error as exc:
+                # What was committed is in the write-ahead log, which the next open replays: a
+                # checkpoint that fails (a full disk) loses nothing, so it fails nothing (a run
+                # that had published exited 1 with a traceback, saying nothing was published).
+                first = str(exc).strip().splitlines()[0]
+                print(f"warning: {settings.state_db}: the checkpoint failed ({first}); what was committed is "
+                      "kept in its write-ahead log, which the next run replays", file=sys.stderr, flush=True)
         finally:
             con.close()
 

@@ -125,6 +125,10 @@ def test_a_source_typo_and_a_missing_export_directory_are_one_line_errors(ran, t
     wrong_suffix = invoke("quarantine", "export", str(tmp_path / "q.parquet"))
     assert (wrong_suffix.exit_code, wrong_suffix.output.strip()) == (
         2, f"error: {tmp_path / 'q.parquet'}: use a .jsonl or .csv file name")
+    (tmp_path / "taken.jsonl").mkdir()  # a directory of that name: a traceback before
+    taken = invoke("quarantine", "export", str(tmp_path / "taken.jsonl"))
+    assert (taken.exit_code, taken.output.strip()) == (
+        2, f"error: {tmp_path / 'taken.jsonl'}: cannot write it: Is a directory")
 
 
 def test_replay_is_recorded_as_replay_and_counts_nothing_twice(first_run, tmp_path, monkeypatch):
@@ -160,6 +164,16 @@ def test_wrong_settings_are_refused_before_anything_is_touched(ran, tmp_path, mo
     assert result.exit_code == 2 and result.output.splitlines()[1:] == [
         f"error: FLYWHEEL_SOURCES: {bad}: sources.interactions: unknown keys ['colour']; "
         "allowed: ['enabled', 'globs', 'time_zone']"]
+    # a value of the wrong type is named, not a traceback
+    for text, message in [("interactions: 5", "sources.interactions: expected a mapping of enabled, globs, "
+                                              "time_zone, got 5"),
+                          ("interactions: {globs: }", "sources.interactions.globs: expected a path or a list of "
+                                                      "paths, got None"),
+                          ("interactions: {enabled: 'no'}", "sources.interactions.enabled: expected true or false, "
+                                                            "got 'no'")]:
+        bad.write_text(f"sources:\n  {text}\n")
+        result = invoke("run", "--quiet")
+        assert result.exit_code == 2 and result.output.splitlines()[1:] == [f"error: FLYWHEEL_SOURCES: {bad}: {message}"]
     # a missing raw root is refused (no file is marked missing)
     monkeypatch.delenv("FLYWHEEL_SOURCES")
     monkeypatch.setenv("FLYWHEEL_RAW_DIR", str(tmp_path / "gone"))

@@ -55,7 +55,7 @@ def load_sources(sources_file: Path | None = None) -> dict[str, SourceSpec]:
         return specs
     try:
         doc = yaml.safe_load(sources_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SourcesConfigError(f"{sources_file}: cannot read the sources file: {exc}") from exc
     entries = doc.get("sources", {}) if isinstance(doc, dict) else None
     if not isinstance(entries, dict):
@@ -66,12 +66,18 @@ def load_sources(sources_file: Path | None = None) -> dict[str, SourceSpec]:
                 f"{sources_file}: unknown source {name!r}; known: {', '.join(specs)}"
             )
         override = override or {}
+        if not isinstance(override, dict):
+            raise SourcesConfigError(f"{sources_file}: sources.{name}: expected a mapping of "
+                                     f"{', '.join(sorted(OVERRIDABLE))}, got {override!r}")
         unknown = set(override) - OVERRIDABLE
         if unknown:
             raise SourcesConfigError(
                 f"{sources_file}: sources.{name}: unknown keys {sorted(unknown)}; "
                 f"allowed: {sorted(OVERRIDABLE)}"
             )
+        if not isinstance(override.get("enabled", True), bool):
+            raise SourcesConfigError(f"{sources_file}: sources.{name}.enabled: expected true or false, "
+                                     f"got {override['enabled']!r}")
         if override.get("enabled") is False:
             del specs[name]
             continue
@@ -80,7 +86,10 @@ def load_sources(sources_file: Path | None = None) -> dict[str, SourceSpec]:
             globs = override["globs"]
             if isinstance(globs, str):
                 globs = [globs]
-            changes["globs"] = tuple(str(g) for g in globs)
+            if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+                raise SourcesConfigError(f"{sources_file}: sources.{name}.globs: expected a path or a list of "
+                                         f"paths, got {globs!r}")
+            changes["globs"] = tuple(globs)
         if "time_zone" in override:
             try:
                 ZoneInfo(override["time_zone"])

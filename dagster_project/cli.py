@@ -165,6 +165,8 @@ def forget(
     if (session is None) == (user is None):
         fail("give exactly one of --session ID or --user ID")
     settings = _settings()
+    if problem := privacy.erasure_key_problem(settings):
+        fail(problem)
     kind, subject = ("session", session) if session is not None else ("user", user)
 
     def rebuild() -> None:

@@ -445,16 +445,39 @@ def _secret(settings: Settings) -> bytes:
     return load_or_create_key(settings.pseudonym_key, settings.pseudonym_key_file)[0]
 
 
+def _key_check(secret: bytes) -> str:
+    """An HMAC of a fixed text under the key: whether a key is the one the erased subjects were
+    recorded with (it tells nothing of the key)."""
+    return _key(secret, "check", ERASED_FILE)
+
+
+def erasure_key_problem(settings: Settings) -> str | None:
+    """Why the pseudonym key in use cannot read the erased subjects (None: it can). They are
+    recorded as HMACs under the key of their erasure: under another key (a shell with
+    ``FLYWHEEL_PSEUDONYM_KEY`` set and a daemon without it) none matches, and an erased session
+    came back with its producer's files."""
+    path = settings.state_dir / ERASED_FILE
+    if not path.exists():
+        return None
+    check = json.loads(path.read_text(encoding="utf-8")).get("key_check")
+    if check is None or hmac.compare_digest(check, _key_check(_secret(settings))):
+        return None  # (a file from before the check was kept: taken as it is)
+    return (f"FLYWHEEL_PSEUDONYM_KEY: not the key the erased subjects in {path} were recorded with; "
+            "set the key they were erased under (else an erased session or user would come back)")
+
+
 def erased_keys(settings: Settings) -> set[str]:
     path = settings.state_dir / ERASED_FILE
     if not path.exists():
         return set()
+    if problem := erasure_key_problem(settings):
+        raise RuntimeError(problem)
     return set(json.loads(path.read_text(encoding="utf-8"))["keys"])
 
 
 def _save_keys(settings: Settings, keys: set[str]) -> None:
-    bronze_mod._atomic_write(settings.state_dir / ERASED_FILE,
-                             json.dumps({"keys": sorted(keys)}, indent=0).encode("utf-8"))
+    bronze_mod._atomic_write(settings.state_dir / ERASED_FILE, json.dumps(
+        {"keys": sorted(keys), "key_check": _key_check(_secret(settings))}, indent=0).encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- snapshots

@@ -213,6 +213,11 @@ class Settings:
                     load_sources(self.sources_file)
                 except SourcesConfigError as exc:
                     problems.append(f"FLYWHEEL_SOURCES: {exc}")
+        if not problems:
+            from dagster_project.privacy import erasure_key_problem
+
+            if problem := erasure_key_problem(self):
+                problems.append(problem)
         if problems:
             raise SettingsError(problems)
 

@@ -245,6 +245,24 @@ def test_forgetting_a_short_id_takes_only_the_rows_it_names(lake):
         verify_snapshot(settings.export_dir, version)
 
 
+def test_a_run_under_another_pseudonym_key_than_the_erasure_is_refused(lake):
+    """Erased subjects are kept as HMACs under the pseudonym key: a run under another key (a shell
+    with FLYWHEEL_PSEUDONYM_KEY set, a daemon without it) matched none of them, and an erased
+    session came back with its producer's file. Such a run is refused before anything is done."""
+    settings = lake
+    done = cli(settings, "forget", "--session", SESSION)
+    assert done.returncode == 0, done.stderr + done.stdout
+    other = replace(settings, pseudonym_key="another-key")
+    path = settings.state_dir / "erased_subjects.json"
+    for command in (["run", "--quiet"], ["forget", "--user", "u_someone"]):
+        refused = cli(other, *command)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert (refused.stdout + refused.stderr).strip().splitlines()[-1] == (
+            f"error: FLYWHEEL_PSEUDONYM_KEY: not the key the erased subjects in {path} were recorded with; "
+            "set the key they were erased under (else an erased session or user would come back)")
+    assert cli(settings, "run", "--quiet").returncode == 0
+
+
 def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
     from dagster_project import privacy
     from dagster_project.sources import builtin_sources

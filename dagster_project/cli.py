@@ -83,8 +83,12 @@ def _run(settings: Settings, **kwargs):
         fail(f"{settings.state_db}: cannot open the state database, another process holds it ({first}); "
              "close that connection and run again", 1)
     except (duckdb.Error, OSError) as exc:  # outside any step (a full disk, a lost mount): one line
+        if VERBOSE["on"]:
+            import traceback
+
+            traceback.print_exc()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        fail(f"the run stopped: {first}; `flywheel status` shows what is published", 1)
+        fail(f"the run stopped: {first}; `flywheel status` shows what is published (-v: the traceback)", 1)
 
 
 def _print_pruned(result, settings: Settings) -> None:

@@ -455,15 +455,24 @@ def erasure_key_problem(settings: Settings) -> str | None:
     """Why the pseudonym key in use cannot read the erased subjects (None: it can). They are
     recorded as HMACs under the key of their erasure: under another key (a shell with
     ``FLYWHEEL_PSEUDONYM_KEY`` set and a daemon without it) none matches, and an erased session
-    came back with its producer's files."""
+    came back with its producer's files. Creates no key (the check runs before anything is done)."""
     path = settings.state_dir / ERASED_FILE
     if not path.exists():
         return None
     check = json.loads(path.read_text(encoding="utf-8")).get("key_check")
-    if check is None or hmac.compare_digest(check, _key_check(_secret(settings))):
-        return None  # (a file from before the check was kept: taken as it is)
-    return (f"FLYWHEEL_PSEUDONYM_KEY: not the key the erased subjects in {path} were recorded with; "
-            "set the key they were erased under (else an erased session or user would come back)")
+    if check is None:
+        return None  # a file from before the check was kept: taken as it is (it never gains one)
+    if settings.pseudonym_key:
+        where, secret = "FLYWHEEL_PSEUDONYM_KEY", settings.pseudonym_key.encode("utf-8")
+    elif settings.pseudonym_key_file.exists():
+        where, secret = f"the key file {settings.pseudonym_key_file}", _secret(settings)
+    else:
+        where, secret = f"no key (FLYWHEEL_PSEUDONYM_KEY unset, no {settings.pseudonym_key_file})", None
+    if secret is not None and hmac.compare_digest(check, _key_check(secret)):
+        return None
+    return (f"the pseudonym key in use ({where}) is not the key the erased subjects in {path} were "
+            "recorded with: set FLYWHEEL_PSEUDONYM_KEY to the key they were erased under (else an erased "
+            "session or user would come back)")
 
 
 def erased_keys(settings: Settings) -> set[str]:
@@ -476,8 +485,12 @@ def erased_keys(settings: Settings) -> set[str]:
 
 
 def _save_keys(settings: Settings, keys: set[str]) -> None:
-    bronze_mod._atomic_write(settings.state_dir / ERASED_FILE, json.dumps(
-        {"keys": sorted(keys), "key_check": _key_check(_secret(settings))}, indent=0).encode("utf-8"))
+    """The erased subjects' keys, with the check of the key they are under; a file kept from
+    before the check never gains one (which key its subjects were erased under is not known)."""
+    path = settings.state_dir / ERASED_FILE
+    legacy = path.exists() and "key_check" not in json.loads(path.read_text(encoding="utf-8"))
+    doc = {"keys": sorted(keys)} if legacy else {"keys": sorted(keys), "key_check": _key_check(_secret(settings))}
+    bronze_mod._atomic_write(path, json.dumps(doc, indent=0).encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -741,7 +754,10 @@ def _scrub_run_log(con: duckdb.DuckDBPyConnection, subject_id: str, values: set[
     inside = mention(subject_id)
     for table, column in (("ingest.excluded", "row_key"), ("ingest.excluded", "detail")):
         try:
+            # a row key may join several ids with "|" (kto, dpo: "interaction|<id>")
             con.execute(f"delete from {table} where {column} in (select unnest(?::varchar[])) "
-                        f"or (? is not null and contains({column}, ?))", [sorted(values), inside, inside])
+                        f"or list_has_any(string_split({column}, '|'), ?::varchar[]) "
+                        f"or (? is not null and contains({column}, ?))",
+                        [sorted(values), sorted(values), inside, inside])
         except duckdb.CatalogException:
             pass

@@ -258,8 +258,12 @@ def test_a_run_under_another_pseudonym_key_than_the_erasure_is_refused(lake):
         refused = cli(other, *command)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert (refused.stdout + refused.stderr).strip().splitlines()[-1] == (
-            f"error: FLYWHEEL_PSEUDONYM_KEY: not the key the erased subjects in {path} were recorded with; "
-            "set the key they were erased under (else an erased session or user would come back)")
+            f"error: the pseudonym key in use (FLYWHEEL_PSEUDONYM_KEY) is not the key the erased subjects in "
+            f"{path} were recorded with: set FLYWHEEL_PSEUDONYM_KEY to the key they were erased under (else an "
+            "erased session or user would come back)")
+    unset = cli(replace(settings, pseudonym_key=""), "run", "--quiet")  # nor a key file: none is created
+    assert unset.returncode == 2 and "is not the key the erased subjects" in unset.stdout + unset.stderr
+    assert not settings.pseudonym_key_file.exists()
     assert cli(settings, "run", "--quiet").returncode == 0
 
 

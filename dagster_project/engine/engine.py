@@ -181,7 +181,8 @@ class Ingestor:
                                   "retried next run"))))
                 self.results.setdefault(path, FileResult(path, "unreadable")).event = "unreadable"
             else:
-                # A vanished file: its rows stay; if it comes back it is read as a new generation.
+                # A vanished file: its rows stay; back with the bytes the lake read, it is read on,
+                # else as a new generation.
                 batch.append(self._entry(path, Unit("event", state={**known[path], "status": "missing"},
                                                     event=("missing", "the file is gone; its rows are kept"))))
                 self.results.setdefault(path, FileResult(path, "missing")).event = "missing"

@@ -1,9 +1,10 @@
 """Line files (JSONL): new complete lines after the watermark, as byte spans.
 
 A file is a sequence of *generations*: while it only grows, its consumed prefix keeps its sha256
-and new bytes extend the current generation. If it shrank, or its consumed bytes changed, or it
-came back after vanishing, the lake starts a new generation and reads it from byte 0; what the
-old generations held stays in raw (identical records collapse in staging).
+and new bytes extend the current generation (also when it comes back after vanishing with those
+bytes). If it shrank, or its consumed bytes changed, the lake starts a new generation and reads
+it from byte 0; what the old generations held stays in raw (identical records collapse in
+staging). New bytes are read into the run's memory (``read_at``), never mapped.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from dagster_project.engine import bronze as bronze_mod
 from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.settings import Settings
 from transforms.jsontext import shallow
-from transforms.pseudonyms import load_or_create_key, opaque_session_id, pseudonym, session_pseudonym
+from transforms.pseudonyms import existing_key, load_or_create_key, opaque_session_id, pseudonym, session_pseudonym
 from transforms.spec import SourceSpec
 
 ERASED_FILE = "erased_subjects.json"
@@ -451,46 +451,46 @@ def _key_check(secret: bytes) -> str:
     return _key(secret, "check", ERASED_FILE)
 
 
-def erasure_key_problem(settings: Settings) -> str | None:
+def erasure_key_problem(settings: Settings, erased: dict | None = None) -> str | None:
     """Why the pseudonym key in use cannot read the erased subjects (None: it can). They are
     recorded as HMACs under the key of their erasure: under another key (a shell with
     ``FLYWHEEL_PSEUDONYM_KEY`` set and a daemon without it) none matches, and an erased session
-    came back with its producer's files. Creates no key (the check runs before anything is done)."""
-    path = settings.state_dir / ERASED_FILE
-    if not path.exists():
-        return None
-    check = json.loads(path.read_text(encoding="utf-8")).get("key_check")
+    came back with its producer's files. Creates no key (the check runs before anything is done).
+    ``erased``: the erased-subjects file as read (None: read here)."""
+    erased = _erased(settings) if erased is None else erased
+    check = erased.get("key_check")
     if check is None:
-        return None  # a file from before the check was kept: taken as it is (it never gains one)
-    if settings.pseudonym_key:
-        where, secret = "FLYWHEEL_PSEUDONYM_KEY", settings.pseudonym_key.encode("utf-8")
-    elif settings.pseudonym_key_file.exists():
-        where, secret = f"the key file {settings.pseudonym_key_file}", _secret(settings)
-    else:
-        where, secret = f"no key (FLYWHEEL_PSEUDONYM_KEY unset, no {settings.pseudonym_key_file})", None
+        return None  # no file, or one from before the check: taken as it is (it never gains one)
+    secret = existing_key(settings.pseudonym_key, settings.pseudonym_key_file)
     if secret is not None and hmac.compare_digest(check, _key_check(secret)):
         return None
-    return (f"the pseudonym key in use ({where}) is not the key the erased subjects in {path} were "
-            "recorded with: set FLYWHEEL_PSEUDONYM_KEY to the key they were erased under (else an erased "
-            "session or user would come back)")
+    where = ("FLYWHEEL_PSEUDONYM_KEY" if settings.pseudonym_key else f"the key file {settings.pseudonym_key_file}"
+             if secret is not None else f"no key (FLYWHEEL_PSEUDONYM_KEY unset, no {settings.pseudonym_key_file})")
+    return (f"the pseudonym key in use ({where}) is not the key the erased subjects in "
+            f"{settings.state_dir / ERASED_FILE} were recorded with: set FLYWHEEL_PSEUDONYM_KEY to the key "
+            "they were erased under (else an erased session or user would come back)")
+
+
+def _erased(settings: Settings) -> dict:
+    """The erased-subjects file (``{"keys": [...], "key_check": ...}``; {} when there is none)."""
+    path = settings.state_dir / ERASED_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 def erased_keys(settings: Settings) -> set[str]:
-    path = settings.state_dir / ERASED_FILE
-    if not path.exists():
-        return set()
-    if problem := erasure_key_problem(settings):
+    erased = _erased(settings)
+    if problem := erasure_key_problem(settings, erased):
         raise RuntimeError(problem)
-    return set(json.loads(path.read_text(encoding="utf-8"))["keys"])
+    return set(erased.get("keys", []))
 
 
 def _save_keys(settings: Settings, keys: set[str]) -> None:
     """The erased subjects' keys, with the check of the key they are under; a file kept from
     before the check never gains one (which key its subjects were erased under is not known)."""
-    path = settings.state_dir / ERASED_FILE
-    legacy = path.exists() and "key_check" not in json.loads(path.read_text(encoding="utf-8"))
+    erased = _erased(settings)
+    legacy = bool(erased) and "key_check" not in erased
     doc = {"keys": sorted(keys)} if legacy else {"keys": sorted(keys), "key_check": _key_check(_secret(settings))}
-    bronze_mod._atomic_write(path, json.dumps(doc, indent=0).encode("utf-8"))
+    bronze_mod._atomic_write(settings.state_dir / ERASED_FILE, json.dumps(doc, indent=0).encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- snapshots

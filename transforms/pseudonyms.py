@@ -94,13 +94,19 @@ def load_or_create_key(env_value: str | None, key_path: Path) -> tuple[bytes, bo
     and linked into place, which fails when a key is already there: two processes or two steps
     racing end up with the same key, and no one ever reads a half-written file.
     """
-    if env_value:
-        return env_value.encode("utf-8"), False
-    key_path = Path(key_path)
-    if key_path.exists():
-        return _read_key(key_path), False
+    key = existing_key(env_value, key_path)
+    if key is not None:
+        return key, False
     with _CREATING:
-        return _create_key(key_path)
+        return _create_key(Path(key_path))
+
+
+def existing_key(env_value: str | None, key_path: Path) -> bytes | None:
+    """The pseudonym key ``load_or_create_key`` would use, or None where it would create one."""
+    if env_value:
+        return env_value.encode("utf-8")
+    key_path = Path(key_path)
+    return _read_key(key_path) if key_path.exists() else None
 
 
 def _create_key(key_path: Path) -> tuple[bytes, bool]:

@@ -28,6 +28,11 @@ def rating(rid, label="positive", at="2026-02-26T10:00:00Z"):
                        "schema_version": 1})
 
 
+def queued(*items) -> list[str]:
+    """Lines of the weighted training queue, one per item number."""
+    return [json.dumps({"query": f"q{i}", "response": f"a{i}", "weight": 1.0}) for i in items]
+
+
 def store(path, ids, journal="WAL"):
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path)
@@ -118,7 +123,7 @@ def test_files_gone_for_a_while_and_back_as_they_were_are_read_on_not_again(sett
     changed = write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(3)), "not json"])
     queue = settings.raw_dir / "weighted" / "training_queue.jsonl"
     queue.parent.mkdir(parents=True)
-    queue.write_text(json.dumps([{"query": "q1", "response": "a1", "weight": 1.0}]))
+    queue.write_text(f"[{queued(1)[0]}]")
     con, _ = ingest(settings, "run-1", sources=["interactions", "weighted_queue"])
     away = settings.raw_dir.parent / "away"
     settings.raw_dir.rename(away)  # unmounted
@@ -155,14 +160,11 @@ def test_a_file_its_producer_rewrites_during_the_run_is_kept_as_read(settings, s
         rewritten, key = dumps(interaction(99)) + "\n", "id"
         before, after = {"1", "2", "3", "10", "11"}, {"1", "2", "3", "10", "11", "99"}
     else:
-        def item(i):
-            return {"query": f"q{i}", "response": f"a{i}", "weight": 1.0}
-
         a, b = (settings.raw_dir / f"weighted/training_queue{n}.jsonl" for n in ("", "_archive"))
         a.parent.mkdir(parents=True)
-        a.write_text(json.dumps([item(i) for i in range(3)]))
-        b.write_text(json.dumps([item(9)]))
-        rewritten, key = json.dumps([item(i) for i in range(1, 5)]), "query"
+        a.write_text(f"[{', '.join(queued(*range(3)))}]")
+        b.write_text(f"[{queued(9)[0]}]")
+        rewritten, key = f"[{', '.join(queued(*range(1, 5)))}]", "query"
         before, after = {"q0", "q1", "q2", "q9"}, {"q0", "q1", "q2", "q3", "q4", "q9"}
 
     def producer(line):
@@ -305,9 +307,6 @@ def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
         write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(i)) for i in range(3, 5)])
         deeper = settings.raw_dir / "more" / "a"  # its glob goes through Path.glob, which skips it unlisted
         write_lines(deeper / "interactions_2026-02-26_00000003.jsonl", [dumps(interaction(5))])
-
-        def queued(*items):
-            return [json.dumps({"query": f"q{i}", "response": f"a{i}", "weight": 1.0}) for i in items]
 
         queue = write_lines(settings.raw_dir / "weighted" / "training_queue.jsonl", queued(1))
         elsewhere = write_lines(base / "elsewhere" / "queue.jsonl", queued(2))

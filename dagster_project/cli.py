@@ -173,11 +173,18 @@ def forget(
         fail(problem)
     kind, subject = ("session", session) if session is not None else ("user", user)
 
+    again = f"fix the cause and run `flywheel forget --{kind} ...` again with the same id to finish"
+
     def rebuild() -> None:
-        result = _run(settings, full_refresh=True, console=None)
+        try:
+            result = _run(settings, full_refresh=True, console=None)
+        except typer.Exit:  # refused or stopped outside its steps (_run printed why): bronze is erased
+            console.print(f"[red]error:[/] the rebuild after erasing from bronze did not finish; {again}",
+                          highlight=False, soft_wrap=True)
+            raise
         if not result.success:
-            console.print(f"[red]error:[/] the rebuild after erasing from bronze failed; fix the cause and run "
-                          f"`flywheel forget --{kind} ...` again with the same id to finish", soft_wrap=True)
+            console.print(f"[red]error:[/] the rebuild after erasing from bronze failed; {again}",
+                          highlight=False, soft_wrap=True)
             _print_result(result, settings, 0.0)
 
     try:

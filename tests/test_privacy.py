@@ -267,6 +267,24 @@ def test_a_run_under_another_pseudonym_key_than_the_erasure_is_refused(lake):
     assert cli(settings, "run", "--quiet").returncode == 0
 
 
+def test_a_forget_whose_rebuild_is_refused_says_to_run_it_again(lake):
+    """The raw root unmounted while forgetting: bronze is erased, the rebuild's preflight refuses
+    the run. The user is told to run the same forget again, and that finishes it."""
+    settings = lake
+    settings.raw_dir.rename(settings.raw_dir.with_name("raw.away"))
+    done = cli(settings, "forget", "--session", SESSION)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and lines[-2].startswith(f"error: FLYWHEEL_RAW_DIR={settings.raw_dir} does not exist")
+    assert lines[-1] == ("error: the rebuild after erasing from bronze did not finish; fix the cause and run "
+                         "`flywheel forget --session ...` again with the same id to finish")
+    assert SESSION.encode() not in bronze_bytes(settings) and snapshot_rows_naming(settings, [SESSION])
+
+    settings.raw_dir.with_name("raw.away").rename(settings.raw_dir)
+    again = cli(settings, "forget", "--session", SESSION)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert snapshot_rows_naming(settings, [SESSION]) == {} and state_rows_naming(settings, [SESSION]) == {}
+
+
 def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
     from dagster_project import privacy
     from dagster_project.sources import builtin_sources

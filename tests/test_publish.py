@@ -722,6 +722,37 @@ def test_retention_keeps_n_snapshots_and_drops_unreferenced_objects(tmp_path):
         publish(state, tmp_path, "x", keep=0)
 
 
+def test_a_clock_set_back_keeps_every_snapshot_and_names_the_new_one_newest(tmp_path, monkeypatch):
+    """Snapshots are ordered by their names, which are creation times: with the clock set back an
+    hour (NTP, a VM restored), the next publish took every older snapshot for a leftover of a
+    publish that never committed and deleted them all, the current one's predecessors included."""
+    from datetime import datetime, timedelta
+
+    from dagster_project.publishing import snapshot
+
+    state = toy_state(tmp_path / "state.duckdb", months=2, per_month=50)
+    names = []
+    for i in range(3):
+        append_month(state, 1, start=i)
+        names.append(publish(state, tmp_path, f"run-{i}", keep=5).version)
+
+    class Behind(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) - timedelta(hours=1)
+
+    monkeypatch.setattr(snapshot, "datetime", Behind)
+    for i in range(3, 5):
+        append_month(state, 1, start=i)
+        names.append(publish(state, tmp_path, f"run-{i}", keep=5).version)
+    assert [s["version"] for s in list_snapshots(tmp_path / "exports")] == names[::-1]
+    assert current_version(tmp_path / "exports") == names[-1] and names == sorted(set(names))
+    for name in names:
+        verify_snapshot(tmp_path / "exports", name)
+    created = datetime.fromisoformat(read_manifest(tmp_path / "exports", names[-1])["created_at"])
+    assert created < datetime.fromisoformat(read_manifest(tmp_path / "exports", names[2])["created_at"])
+
+
 def as_copies(snapshot: Path) -> None:
     """Every file of ``snapshot`` a copy, not a hard link (a file system without hard links, or a
     backup restored without them)."""

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
@@ -233,7 +233,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         check_privacy(con, plans)
 
         created = datetime.now(timezone.utc)
-        version = f"{created:%Y%m%dT%H%M%S%f}Z-{re.sub(r'[^A-Za-z0-9]', '', run_id)[:8] or 'run'}"
+        version = _next_version(snaps, created, run_id)
         _record_snapshot(con, run_id, version, "published")
         # the run log now holds this run; datasets keep their order in the manifest
         run_log = [d for d in published if d.path not in plans]
@@ -602,6 +602,28 @@ def collect_objects(snaps: Path, known: set[str] | None = None) -> int:
     for obj in unused:
         obj.unlink(missing_ok=True)
     return len(unused)
+
+
+VERSION_STAMP = "%Y%m%dT%H%M%S%f"
+
+
+def _next_version(snaps: Path, created: datetime, run_id: str) -> str:
+    """The new snapshot's name: its creation time, later than every kept snapshot's.
+
+    Names order snapshots (``prune`` keeps the newest, ``_remove_leftovers`` takes one newer than
+    ``current`` for a publish that never committed): a clock set back (NTP, a VM restored, a
+    machine moved across a wrong time zone) named the new snapshot older than the others, and its
+    publish deleted every older one as a leftover. Then the name is the newest's time + 1 µs;
+    the manifest's ``created_at`` keeps the clock's time."""
+    run = re.sub(r"[^A-Za-z0-9]", "", run_id)[:8] or "run"
+    stamp = created
+    newest = next(iter(_versions(snaps)), None)
+    if newest is not None and f"{stamp:{VERSION_STAMP}}Z" <= newest:
+        try:
+            stamp = datetime.strptime(newest[:21], VERSION_STAMP).replace(tzinfo=timezone.utc) + timedelta(microseconds=1)
+        except ValueError:  # not a name this module made: the clock's time
+            pass
+    return f"{stamp:{VERSION_STAMP}}Z-{run}"
 
 
 def _versions(snaps: Path) -> list[str]:

@@ -119,7 +119,10 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
     from dagster_project.publishing.snapshot import describe_run
 
     console.print(describe_run(settings, result.run_id), highlight=False, soft_wrap=True)
-    _print_status(settings, run_id=result.run_id)
+    try:
+        _print_status(settings, run_id=result.run_id)
+    except typer.Exit:  # the run succeeded: a status that cannot be shown (why is printed) does not undo that
+        pass
 
 
 def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
@@ -129,7 +132,12 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
         raise typer.Exit(1)
     # The real file of the current snapshot: a connection still open in this process to an older
     # one must not be reused from DuckDB's instance cache.
-    con = duckdb.connect(os.path.realpath(settings.warehouse), read_only=True)
+    path = os.path.realpath(settings.warehouse)
+    try:
+        con = duckdb.connect(path, read_only=True)
+    except duckdb.IOException as exc:  # another process opened it read-write (DuckDB's default)
+        fail(f"{path}: cannot open the published warehouse, another process holds it read-write "
+             f"({str(exc).strip().splitlines()[0]}); open it with read_only=True (duckdb -readonly)", 1)
     con.execute("set TimeZone = 'UTC'")
     return con
 

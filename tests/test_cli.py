@@ -224,6 +224,31 @@ def test_a_warehouse_locked_by_another_process_is_one_line(ran, tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_a_warehouse_an_analyst_opened_read_write_fails_status_in_one_line_not_the_run(ran):
+    """DuckDB opens read-write by default: an analyst's connection to the published warehouse
+    locks it. The run still publishes (and here finds nothing new); only the status after it
+    cannot be shown, which made a run that succeeded exit 1 with a traceback."""
+    import os
+
+    path = os.path.realpath(ran.warehouse)
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({path!r}); "
+                               "print('ready', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        run = invoke("run", "--quiet")
+        status = invoke("status")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run.exit_code == 0 and "succeeded" in run.output, run.output
+    assert status.exit_code == 1
+    for result in (run, status):
+        [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
+        assert line.startswith(f"error: {path}: cannot open the published warehouse, another process holds it "
+                               "read-write") and "Traceback" not in result.output
+
+
 @pytest.mark.slow
 def test_step_failures_are_printed_once_short_and_with_the_trace_only_when_verbose(env, monkeypatch):
     from dagster_project.publishing.snapshot import FAULT_ENV

@@ -204,6 +204,13 @@ class Settings:
         elif problem := _unwritable(self.export_dir):
             problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir}: {problem}; choose a writable directory, "
                             f"e.g. FLYWHEEL_EXPORT_DIR={Path.home() / 'flywheel' / 'exports'}")
+        today = datetime.now(timezone.utc).date()
+        if self.as_of is not None and (self.as_of - today).days > 1:  # (a day's slack: time zones)
+            # retention erases from the lake (bronze) what is older than its window as of the run
+            # date, for good: a typo of a year erased every rating
+            problems.append(f"FLYWHEEL_AS_OF={self.as_of} is after today ({today}): retention as of that day "
+                            "would erase from the lake records that are still in their window; use today or an "
+                            "earlier date, or unset it")
         if self.sources_file is not None:
             if not self.sources_file.is_file():
                 problems.append(f"FLYWHEEL_SOURCES={self.sources_file} does not exist: point it at a sources "

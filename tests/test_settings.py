@@ -104,6 +104,22 @@ def test_preflight_names_each_unusable_path(tmp_path):
                         f"{Path.home() / 'flywheel' / 'warehouse.duckdb'}"]
 
 
+def test_a_run_date_after_today_is_refused_before_retention_erases_by_it(tmp_path):
+    """Retention erases from bronze, for good, what is older than its window as of the run date:
+    ``FLYWHEEL_AS_OF=2062-01-01`` for 2026-01-01 erased every rating. Tomorrow is allowed (a
+    machine's UTC date may lag the user's)."""
+    from datetime import date, datetime, timedelta, timezone
+
+    (tmp_path / "raw").mkdir()
+    today = datetime.now(timezone.utc).date()
+    for allowed in (date(2026, 4, 3), today, today + timedelta(days=1)):
+        assert preflight_problems(tmp_path, FLYWHEEL_AS_OF=allowed.isoformat()) == []
+    later = today + timedelta(days=2)
+    assert preflight_problems(tmp_path, FLYWHEEL_AS_OF=later.isoformat()) == [
+        f"FLYWHEEL_AS_OF={later} is after today ({today}): retention as of that day would erase from the lake "
+        "records that are still in their window; use today or an earlier date, or unset it"]
+
+
 def test_preflight_reports_a_malformed_sources_file_in_one_line(tmp_path):
     (tmp_path / "raw").mkdir()
     bad = tmp_path / "sources.yaml"

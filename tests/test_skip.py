@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from datetime import date, timedelta
 
@@ -18,6 +21,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings as hsettings
 
 from conftest import copy_run, dumps, interaction, write_lines
 from dagster_project.definitions import load_definitions
+from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.pipeline import run_pipeline
 from dagster_project.publishing import SNAPSHOTS, publish_snapshot, read_manifest
 from dagster_project.publishing.snapshot import RUN_LOG
@@ -149,6 +153,40 @@ def test_a_file_whose_status_alone_changed_is_recorded_once_and_nothing_is_rebui
         assert snapshot_status(settings, result.run_id) == "unchanged", n
         assert query(settings, "select table_name, version from lineage.table_versions "
                                "where table_name like 'raw.%' order by all") == raw_versions, n
+
+
+def test_a_file_gone_or_unreadable_changes_no_row_so_nothing_is_rebuilt_or_published(sample_run_copy, monkeypatch):
+    """A file that vanished, or that cannot be opened (a mode, a lock), is an event in the run log,
+    its rows kept: no row changes. Its event bumped raw's version, so every table after the source
+    was built again and the run published a snapshot; a file that stays unreadable did that every
+    run. Its events are the run log's (``ingest.file_events``): published with the next change."""
+    settings = sample_run_copy
+    built, checked = built_by(settings), validated_by(settings)
+    raw_versions = query(settings, "select table_name, version from lineage.table_versions "
+                                   "where table_name like 'raw.%' order by all")
+    gone = sorted((settings.raw_dir / "interactions").glob("*.jsonl"))[0]
+    gone.rename(settings.raw_dir / "elsewhere.jsonl")
+    store = settings.raw_dir / "eventlog" / "patina.db"  # a rollback journal: a writer locks readers out
+    monkeypatch.setattr(sqlite_reader, "LOCK_WAIT_SECONDS", 0.3)
+    holder = subprocess.Popen([sys.executable, "-c", f"import sqlite3, sys; c = sqlite3.connect({str(store)!r}, "
+                               "isolation_level=None); c.execute('begin exclusive'); print('locked', flush=True); "
+                               "sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    runs = []
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        os.utime(store, (time.time() + 5, time.time() + 5))  # the lake looks into it every run
+        for _ in range(2):
+            result = run_pipeline(settings)
+            assert result.success, result.failures
+            runs.append(result.run_id)
+            assert built_by(settings) == built and validated_by(settings) == checked
+            assert snapshot_status(settings, result.run_id) == "unchanged"
+            assert query(settings, "select table_name, version from lineage.table_versions "
+                                   "where table_name like 'raw.%' order by all") == raw_versions
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert query(settings, "select run_id, event from ingest.file_events order by occurred_at, event") == [
+        (runs[0], "locked"), (runs[0], "missing"), (runs[1], "locked")]
 
 
 def test_appending_to_one_source_rebuilds_exactly_the_tables_downstream_of_it(lake):

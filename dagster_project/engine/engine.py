@@ -337,9 +337,10 @@ class Ingestor:
             known_mod.remember(self.con, self.spec.name, batch)  # before bronze_applied moves
             self.con.execute("insert or replace into ingest.bronze_applied values (?, ?)",
                              [self.spec.name, batch[-1].seq])
-            # a batch of state entries alone (a file's new inode, mtime or ctime; a partial last
-            # line that grew) changes no row
-            if any(e.kind != "state" for e in batch):
+            # a batch of state and event entries alone (a file's new inode, mtime or ctime; a
+            # partial last line that grew; a file missing, unreadable or locked) changes no row:
+            # a file that stays unreadable rebuilt every table after it and published every run
+            if any(e.kind not in ("state", "event") for e in batch):
                 versions.bump(self.con, f"raw.{self.spec.name}", self.run_id)  # downstream must look again
             if bronze_written is not None:
                 bronze_written.result()

@@ -21,8 +21,8 @@ point leaves the previous snapshot current. Snapshots newer than ``current`` are
 runs that never committed; the next publish removes them. A run whose every table hashes as in
 the current snapshot publishes nothing (``status="unchanged"``). Run-log tables (``ingest.runs``,
 ``ingest.validations``, ``ingest.excluded``, ``ingest.files`` whose ``last_run_id`` moves every
-run, ``ingest.erasures``, ``ingest.bronze_applied``) record the run itself and do not count as
-change.
+run, ``ingest.file_events``, ``ingest.erasures``, ``ingest.bronze_applied``) record the run
+itself and do not count as change.
 
 Nothing here imports Dagster.
 """
@@ -64,8 +64,8 @@ WAREHOUSE_SCHEMAS = ("ingest", "staging", "marts", "exports")  # raw.* stays pri
 # publish, by retention on kept snapshots; ingest.bronze_applied moves with a bronze entry that
 # changes no row: a file's new inode, mtime or ctime, a partial last line that grew), so it never
 # makes a run "changed" on its own; it is published with the next snapshot that has new data.
-RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files", "ingest.erasures",
-                     "ingest.bronze_applied"})
+RUN_LOG = frozenset({"ingest.runs", "ingest.validations", "ingest.excluded", "ingest.files", "ingest.file_events",
+                     "ingest.erasures", "ingest.bronze_applied"})
 # The run log's tables that grow by every run's rows, cut into files by the day a row was recorded
 # (``recorded_at``, copies of reused results included): a publish hashes only the days of the rows
 # appended since the last one (``_plan_run_log``), so its cost does not grow with the number of

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dagster_project.settings import Settings, SettingsError
+from dagster_project.state import RUN_FIELDS, recent_runs
 
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -227,18 +228,28 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                           f"{deferred:,}", f"{staged.get(source, 0):,}",
                           last.strftime("%Y-%m-%d %H:%M:%S") if last else "")
         out.print(table)
-        runs = con.execute(
-            "select run_id, mode, status, started_at, finished_at, lines_read, rows_loaded, "
-            "rows_quarantined from ingest.runs order by started_at desc limit 5").fetchall()
+        published = con.execute("select run_id from ingest.runs order by started_at desc limit 1").fetchone()
+        # every run, failed and unchanged ones included (the warehouse's log: only up to its publish)
+        runs = recent_runs(settings) or [
+            dict(zip(RUN_FIELDS, row)) for row in con.execute(
+                "select run_id, mode, status, started_at::varchar, finished_at::varchar, lines_read, rows_loaded, "
+                "rows_quarantined, null, error from ingest.runs order by started_at desc limit 5").fetchall()]
         if runs:
             rt = Table(title="Recent runs")
-            for col in ("run", "mode", "status", "started", "lines", "loaded", "quarantined"):
+            for col in ("run", "mode", "status", "started", "lines", "loaded", "quarantined", "snapshot"):
                 rt.add_column(col)
-            for rid, mode, st, start, _, lines, loaded, quarantined in runs:
-                rt.add_row(rid[:8] + ("*" if rid == run_id else ""), mode, st,
-                           start.strftime("%Y-%m-%d %H:%M:%S"), f"{lines:,}", f"{loaded:,}", f"{quarantined:,}")
+            for r in runs[:5]:
+                rt.add_row(r["run_id"][:8] + ("*" if r["run_id"] == run_id else ""), r["mode"],
+                           f"[red]{r['status']}[/]" if r["status"] == "failed" else r["status"],
+                           str(r["started_at"] or "")[:19].replace("T", " "), f"{r['lines_read'] or 0:,}",
+                           f"{r['rows_loaded'] or 0:,}", f"{r['rows_quarantined'] or 0:,}", r["snapshot_status"] or "")
             out.print(rt)
-            _print_excluded(con, settings, run_id or runs[0][0])
+            for r in runs[:5]:
+                if r["status"] == "failed" and r["error"]:
+                    out.print(f"[red]run {r['run_id'][:8]} failed:[/] {escape(r['error'].splitlines()[0])}",
+                              highlight=False, soft_wrap=True)
+        if published:
+            _print_excluded(con, settings, run_id or published[0])
         if run_id:
             for source, path, event, detail in con.execute(
                     "select source, path, event, detail from ingest.file_events where run_id = ? "

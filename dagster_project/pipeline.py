@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
@@ -326,11 +327,19 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                 message += "\n" + "\n".join(checks[event.step_key])
             failures.append((event.step_key or "?", message.strip()))
             traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
-    if not result.success:
-        mark_failed(settings, run_id, "; ".join(f"{step}: {msg.splitlines()[0] if msg else ''}"
+    if not result.success:  # per step one line: a failed check's first failed expectation, not "check failed"
+        mark_failed(settings, run_id, "; ".join(f"{step}: {_first_line(checks.get(step, [msg])[0])}"
                                                 for step, msg in failures), mode=mode)
     return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
                           mode=mode, warnings=warnings, pruned=pruned, prune_error=prune_error)
+
+
+def _first_line(message: str) -> str:
+    """A failure in one line: a check report's first failed expectation (``✗ name [...]: counts``)
+    with its table, else the message's first line."""
+    lines = [line.strip() for line in (message or "").strip().splitlines()]
+    failed = next((line for line in lines if line.startswith("✗")), None)
+    return f"{lines[0].split(':')[0]}: {failed}" if failed else (lines[0] if lines else "")
 
 
 def prune_history(dagster: dg.DagsterInstance, keep: int) -> tuple[Pruned | None, str | None]:
@@ -371,13 +380,14 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
     if not settings.state_db.exists():
         return
     from dagster_project.engine import ensure_schema
-    from dagster_project.state import WarehouseBusy, record_run
+    from dagster_project.state import WarehouseBusy, record_run, save_recent_runs
 
     try:
         with writer_lock(settings, wait_seconds=wait_seconds), state_connection(settings) as con:
             ensure_schema(con)
             record_run(con, run_id, mode=mode, status="failed", error=error[:2000])
-    except WarehouseBusy:
+            save_recent_runs(con, settings)
+    except (WarehouseBusy, duckdb.IOException):  # held by a run, or open in another process
         pending = settings.state_dir / PENDING_FAILURES
         pending.mkdir(parents=True, exist_ok=True)
         tmp = pending / f".{run_id}.tmp"

@@ -325,3 +325,38 @@ def _record(con: duckdb.DuckDBPyConnection, params: dict) -> None:
             $files_seen, $files_changed, $lines, $loaded, $quarantined, $blank, $deferred, $error,
             $warnings::varchar[])
         """, params)
+
+# ``flywheel status`` lists the newest runs from this file beside the state database: the
+# published warehouse holds the run log as of the last publish, so a run that published nothing
+# (nothing changed, or it failed) was not listed. Written when a run ends (its snapshot step, or
+# ``mark_failed``); a reader never opens the state database (any connection from another
+# process blocks the next run).
+RECENT_RUNS = "recent_runs.json"
+RUN_FIELDS = ("run_id", "mode", "status", "started_at", "finished_at", "lines_read", "rows_loaded",
+              "rows_quarantined", "snapshot_status", "error")
+
+
+def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: int = 10) -> None:
+    import json
+
+    present = {c for (c,) in con.execute("select column_name from duckdb_columns() "
+                                         "where schema_name = 'ingest' and table_name = 'runs'").fetchall()}
+    columns = ", ".join(c if c in present else f"null as {c}" for c in RUN_FIELDS)
+    rows = con.execute(f"select {columns} from ingest.runs order by started_at desc limit ?", [keep]).fetchall()
+    runs = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in zip(RUN_FIELDS, row)} for row in rows]
+    path = settings.state_dir / RECENT_RUNS
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(runs, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def recent_runs(settings: Settings) -> list[dict] | None:
+    """The runs ``save_recent_runs`` wrote, newest first; None when there is no such file (a state
+    from before it) or it cannot be read."""
+    import json
+
+    try:
+        runs = json.loads((settings.state_dir / RECENT_RUNS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return runs if isinstance(runs, list) else None

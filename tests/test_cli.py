@@ -230,6 +230,7 @@ def test_a_warehouse_an_analyst_opened_read_write_fails_status_in_one_line_not_t
     cannot be shown, which made a run that succeeded exit 1 with a traceback."""
     import os
 
+    assert invoke("run", "--quiet").exit_code == 0  # whatever earlier tests left is published
     path = os.path.realpath(ran.warehouse)
     holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({path!r}); "
                                "print('ready', flush=True); sys.stdin.read()"],
@@ -241,12 +242,33 @@ def test_a_warehouse_an_analyst_opened_read_write_fails_status_in_one_line_not_t
     finally:
         holder.kill()
         holder.wait()
-    assert run.exit_code == 0 and "succeeded" in run.output, run.output
+    assert run.exit_code == 0 and "succeeded" in run.output and "Nothing changed" in run.output, run.output
     assert status.exit_code == 1
     for result in (run, status):
         [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert line.startswith(f"error: {path}: cannot open the published warehouse, another process holds it "
                                "read-write") and "Traceback" not in result.output
+
+
+def test_status_lists_runs_that_published_nothing_failed_ones_with_their_error(env):
+    """Status reads the published warehouse, whose run log stops at its last publish: a run that
+    changed nothing, or failed, was not listed (a nightly failure did not show). The newest runs
+    are kept beside the state database when each run ends."""
+    assert invoke("run", "--quiet").exit_code == 0
+    unchanged = invoke("run", "--quiet")
+    assert unchanged.exit_code == 0 and "Nothing changed" in unchanged.output
+    write_lines(env.raw_dir / "interactions" / "interactions_2099-01-01_00000000.jsonl",
+                [dumps(interaction(100 + i, timestamp="2099-01-01T10:00:00")) for i in range(5)])
+    failed = invoke("run", "--quiet")
+    assert failed.exit_code == 1
+    status = invoke("status")
+    assert status.exit_code == 0, status.output
+    table = status.output.split("Recent runs")[1].split("Excluded rows")[0]
+    statuses = [line.split("│")[3].strip() for line in table.splitlines() if line.startswith("│")]
+    snapshots = [line.split("│")[8].strip() for line in table.splitlines() if line.startswith("│")]
+    assert statuses == ["failed", "success", "success"] and snapshots == ["", "unchanged", "published"]
+    [error] = [line for line in status.output.splitlines() if line.startswith("run ")]
+    assert " failed: " in error and "timestamp" in error
 
 
 @pytest.mark.slow

@@ -516,18 +516,23 @@ def test_an_interrupted_run_stops_the_statements_of_its_running_steps(settings):
     assert "success False failures ['RunInterrupted']" in out, (out, err[-2000:])
 
 
-def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_recorded_next(settings):
+@pytest.mark.parametrize("holder", ["writer lock", "duckdb connection"])
+def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_recorded_next(settings, holder):
     """The next run may hold the writer lock for its whole length: the failure sensor waits a
-    little, leaves the failure in a file, and the next run to open the state records it."""
+    little, leaves the failure in a file, and the next run to open the state records it. So too
+    when another process has the state database open (even read-only: DuckDB refuses a writer),
+    where the sensor raised and the failure was lost."""
     from dagster_project.pipeline import PENDING_FAILURES, mark_failed
 
     with state_connection(settings) as con:  # an earlier run made the state
         prepare_state(con, settings)
         record_run(con, "failed-run", mode="incremental")
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
-        "print('held', flush=True); time.sleep(30)"), str(settings.state_dir / "writer.lock")],
-        stdout=subprocess.PIPE, text=True)
+    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(30)") if holder == "writer lock" else (
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True); "
+            "print('held', flush=True); time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(settings.state_dir / (
+        "writer.lock" if holder == "writer lock" else "state.duckdb"))], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         mark_failed(settings, "failed-run", "step x failed", wait_seconds=0.5)

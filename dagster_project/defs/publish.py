@@ -8,7 +8,7 @@ from dagster_project import privacy
 from dagster_project.publishing import publish_snapshot, watermarks
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
-from dagster_project.state import WRITER_TAGS
+from dagster_project.state import WRITER_TAGS, save_recent_runs
 
 # Everything that writes the state database must finish (and pass its blocking checks) first.
 UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
@@ -40,6 +40,7 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
         expired, touched = privacy.retention_in_snapshots(settings, list(flywheel.sources().values()))
         if expired:
             privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
+        save_recent_runs(con, settings)  # `flywheel status` lists this run, published or not
     if result.status == "unchanged":
         context.log.info(f"nothing changed since snapshot {result.version}: nothing published")
     shared = {p: d for p, d in (result.manifest or {}).get("datasets", {}).items() if d["kind"] != "internal"}

@@ -765,6 +765,42 @@ def test_a_rating_already_expired_when_first_read_reaches_neither_bronze_nor_raw
     con.close()
 
 
+def test_a_retention_pass_rewrites_only_the_segments_whose_records_expired(settings):
+    """Every object whose records all expired becomes the same empty object: segments were
+    matched by the new objects' names, so each day's pass rewrote (and fsynced) every segment any
+    earlier pass had emptied, a cost growing with the lake's age."""
+    from dataclasses import replace
+    from datetime import date, timedelta
+
+    conn = store(settings.raw_dir / SESSIONS, [], journal="DELETE")
+    days = [date(2026, 2, 1) + timedelta(days=d) for d in range(3)]
+    for n, day in enumerate(days):  # one rating a day, each read by its own run: one segment each
+        at = f"{day}T10:00:00Z"
+        conn.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, "
+                     "recorded_date, label, turn_count_at_end, source, value) values (?,?,?,?,?,?,?,?,?)",
+                     (f"r{n}", "ab" * 32, None, at, at[:10], "positive", 3, "cli_end", rating(f"r{n}", at=at)))
+        conn.commit()
+        con, _ = ingest(replace(settings, as_of=days[0], session_retention_days=1), f"run-{n}",
+                        sources=["session_ratings"])
+        con.close()
+    conn.close()
+    segments = sorted((settings.state_dir / "bronze" / "session_ratings").glob("*.jsonl"))
+    assert len(segments) == 3
+
+    def stamps() -> list[tuple[int, int]]:
+        return [(os.stat(seg).st_ino, os.stat(seg).st_mtime_ns) for seg in segments]
+
+    seen = [stamps()]
+    for n, day in enumerate(days, start=3):  # r0, then r1, then r2 expire
+        con, _ = ingest(replace(settings, as_of=day + timedelta(days=2), session_retention_days=1), f"run-{n}",
+                        sources=["session_ratings"])
+        assert rows(con, "select count(*) from raw.session_ratings") == [(5 - n,)]
+        con.close()
+        seen.append(stamps())
+    for n in range(3):  # pass n rewrote segment n alone
+        assert [a != b for a, b in zip(seen[n], seen[n + 1])] == [i == n for i in range(3)], n
+
+
 def test_a_record_too_deep_or_too_long_for_python_passes_the_privacy_filters(settings):
     """The retention filter (on by default) reads each new record with Python's JSON parser: a
     record nested deeper than its recursion limit raised RecursionError and the source's ingest

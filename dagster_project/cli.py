@@ -136,9 +136,13 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
     path = os.path.realpath(settings.warehouse)
     try:
         con = duckdb.connect(path, read_only=True)
-    except duckdb.IOException as exc:  # another process opened it read-write (DuckDB's default)
+    except duckdb.IOException as exc:
+        first = str(exc).strip().splitlines()[0]
+        if "lock" not in first:  # (a file that cannot be read: DuckDB's own words)
+            fail(f"{path}: cannot open the published warehouse: {first}", 1)
+        # another process opened it read-write (DuckDB's default)
         fail(f"{path}: cannot open the published warehouse, another process holds it read-write "
-             f"({str(exc).strip().splitlines()[0]}); open it with read_only=True (duckdb -readonly)", 1)
+             f"({first}); open it with read_only=True (duckdb -readonly)", 1)
     con.execute("set TimeZone = 'UTC'")
     return con
 
@@ -178,11 +182,14 @@ def forget(
     if (session is None) == (user is None):
         fail("give exactly one of --session ID or --user ID")
     settings = _settings()
-    if problem := privacy.erasure_key_problem(settings):
-        fail(problem)
+    try:  # what the rebuild's preflight would refuse, refused before anything is erased
+        settings.preflight()
+    except SettingsError as exc:
+        fail(exc.problems)
     kind, subject = ("session", session) if session is not None else ("user", user)
 
-    again = f"fix the cause and run `flywheel forget --{kind} ...` again with the same id to finish"
+    retry = f"run `flywheel forget --{kind} ...` again with the same id to finish"
+    again = f"fix the cause and {retry}"
 
     def rebuild() -> None:
         try:
@@ -196,10 +203,17 @@ def forget(
                           highlight=False, soft_wrap=True)
             _print_result(result, settings, 0.0)
 
+    from dagster_project.state import WarehouseBusy
+
     try:
         done = privacy.forget(settings, kind, subject, load_sources(settings.sources_file), rebuild)
     except privacy.NothingToErase as exc:
         fail(str(exc), 1)
+    except WarehouseBusy as exc:  # a run holds the writer lock
+        fail(f"{exc}; then {retry}", 1)
+    except duckdb.IOException as exc:  # another process's connection to the state database
+        fail(f"{settings.state_db}: another process holds it ({str(exc).strip().splitlines()[0]}); "
+             f"close that connection and {retry}", 1)
     console.print(done.summary(), highlight=False, soft_wrap=True)
 
 
@@ -250,11 +264,16 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                               highlight=False, soft_wrap=True)
         if published:
             _print_excluded(con, settings, run_id or published[0])
-        if run_id:
-            for source, path, event, detail in con.execute(
-                    "select source, path, event, detail from ingest.file_events where run_id = ? "
-                    "order by occurred_at, path", [run_id]).fetchall():
-                out.print(f"[yellow]{event}[/] {source}: {path}: {detail}")
+        if run_id:  # its files missing, unreadable, locked... (published only with the next change)
+            this = next((r for r in runs if r["run_id"] == run_id and "events" in r), None)
+            events = this["events"] if this else con.execute(
+                "select source, path, event, detail from ingest.file_events where run_id = ? "
+                "order by occurred_at, path", [run_id]).fetchall()
+            for source, path, event, detail in events:
+                out.print(f"[yellow]{event}[/] {source}: {path}: {detail}", highlight=False, soft_wrap=True)
+            if this and this["events_total"] > len(events):
+                out.print(f"[yellow]… and {this['events_total'] - len(events):,} more file events[/] "
+                          "(ingest.file_events)")
         from dagster_project.engine import bronze_usage
 
         usage = bronze_usage(settings)

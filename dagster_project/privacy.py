@@ -727,16 +727,23 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
             raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
                                  "(check the id; an id already forgotten matches nothing)")
         _save_keys(settings, all_keys)
+
+        # Until the snapshots are clean, what is needed to finish (a retry of the same command)
+        # is kept privately; it names no id, only the subject's HMAC and the linked record ids.
+        # Written as soon as bronze is erased: a retry finds nothing left there to erase, and a
+        # state database another process held (below) left no way to finish.
+        def save_pending() -> None:
+            bronze_mod._atomic_write(pending_file, json.dumps(
+                {"subject": subject_key, "values": sorted(values - {subject_id}), "rows": rows}).encode("utf-8"))
+
+        save_pending()
         with state_connection(settings, lock=False) as con:
             for name, c in rows.items():
-                if not resume:
+                if "raw" not in c:  # counted before the rebuild (a retry that stopped here counts now)
                     c["raw"], c["staging"] = _count(con, f"raw.{name}"), _count(con, f"staging.{name}")
             _scrub_run_log(con, subject_id, values)
             forget_baselines(con)  # row hashes of the subject's records: recomputed by the next run
-        # Until the snapshots are clean, what is needed to finish (a retry of the same command)
-        # is kept privately; it names no id, only the subject's HMAC and the linked record ids.
-        bronze_mod._atomic_write(pending_file, json.dumps(
-            {"subject": subject_key, "values": sorted(values - {subject_id}), "rows": rows}).encode("utf-8"))
+        save_pending()
     rebuild()
     snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values))
     with state_connection(settings) as con:

@@ -336,18 +336,41 @@ RUN_FIELDS = ("run_id", "mode", "status", "started_at", "finished_at", "lines_re
               "rows_quarantined", "snapshot_status", "error")
 
 
-def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: int = 10) -> None:
+EVENTS_KEPT = 100  # per run: a directory whose mode changed makes every file in it an event
+
+
+def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: int = 10) -> str | None:
+    """Write ``RECENT_RUNS``: the newest ``keep`` runs, each with its first file events (a file
+    missing, unreadable, locked: no row changes, so nothing is published that would show them).
+    A display cache: a failure to write it is returned as a warning, never raised (the run has
+    published)."""
     import json
 
-    present = {c for (c,) in con.execute("select column_name from duckdb_columns() "
-                                         "where schema_name = 'ingest' and table_name = 'runs'").fetchall()}
-    columns = ", ".join(c if c in present else f"null as {c}" for c in RUN_FIELDS)
-    rows = con.execute(f"select {columns} from ingest.runs order by started_at desc limit ?", [keep]).fetchall()
-    runs = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in zip(RUN_FIELDS, row)} for row in rows]
-    path = settings.state_dir / RECENT_RUNS
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(runs, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        present = {c for (c,) in con.execute("select column_name from duckdb_columns() "
+                                             "where schema_name = 'ingest' and table_name = 'runs'").fetchall()}
+        columns = ", ".join(c if c in present else f"null as {c}" for c in RUN_FIELDS)
+        rows = con.execute(f"select {columns} from ingest.runs order by started_at desc limit ?", [keep]).fetchall()
+        runs = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in zip(RUN_FIELDS, row)} for row in rows]
+        events: dict[str, list] = {}
+        totals: dict[str, int] = {}
+        for run_id, source, path, event, detail, n in con.execute(
+                "select run_id, source, path, event, detail, n from ("
+                "select *, row_number() over (partition by run_id order by occurred_at, path) as k, "
+                "count(*) over (partition by run_id) as n "
+                "from ingest.file_events where run_id in (select unnest(?::varchar[]))) where k <= ? "
+                "order by run_id, k", [[r["run_id"] for r in runs], EVENTS_KEPT]).fetchall():
+            events.setdefault(run_id, []).append([source, path, event, detail])
+            totals[run_id] = n
+        for run in runs:
+            run["events"], run["events_total"] = events.get(run["run_id"], []), totals.get(run["run_id"], 0)
+        path = settings.state_dir / RECENT_RUNS
+        tmp = path.with_name(f".{path.name}.tmp")  # one writer at a time: the writer lock
+        tmp.write_text(json.dumps(runs, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except (OSError, duckdb.Error) as exc:
+        return f"{settings.state_dir / RECENT_RUNS} not written ({exc}): `flywheel status` lists runs up to the last publish"
+    return None
 
 
 def recent_runs(settings: Settings) -> list[dict] | None:

@@ -250,6 +250,17 @@ def test_a_warehouse_an_analyst_opened_read_write_fails_status_in_one_line_not_t
                                "read-write") and "Traceback" not in result.output
 
 
+def test_a_file_gone_is_said_by_the_run_that_publishes_nothing_for_it(env):
+    """A vanished file changes no row, so its run publishes nothing: the run's events, read from
+    the published warehouse, were not printed at all."""
+    assert invoke("run", "--quiet").exit_code == 0
+    (env.raw_dir / "interactions" / "interactions_2026-03-01_00000000.jsonl").unlink()
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 0 and "Nothing changed" in result.output, result.output
+    assert ("missing interactions: interactions/interactions_2026-03-01_00000000.jsonl: the file is gone; "
+            "its rows are kept") in result.output
+
+
 def test_status_lists_runs_that_published_nothing_failed_ones_with_their_error(env):
     """Status reads the published warehouse, whose run log stops at its last publish: a run that
     changed nothing, or failed, was not listed (a nightly failure did not show). The newest runs

@@ -267,22 +267,38 @@ def test_a_run_under_another_pseudonym_key_than_the_erasure_is_refused(lake):
     assert cli(settings, "run", "--quiet").returncode == 0
 
 
-def test_a_forget_whose_rebuild_is_refused_says_to_run_it_again(lake):
-    """The raw root unmounted while forgetting: bronze is erased, the rebuild's preflight refuses
-    the run. The user is told to run the same forget again, and that finishes it."""
+def test_a_forget_its_run_would_refuse_erases_nothing_and_one_stopped_half_way_is_finished_again(lake):
+    """What the rebuild's preflight refuses (the raw root unmounted) is refused before anything is
+    erased. A forget stopped after erasing from bronze (another process had the state database
+    open) says to run it again, and that finishes it: before, the retry found nothing left in
+    bronze to erase ("nothing erased"), and the subject stayed in raw, staging and every snapshot."""
     settings = lake
     settings.raw_dir.rename(settings.raw_dir.with_name("raw.away"))
-    done = cli(settings, "forget", "--session", SESSION)
-    lines = (done.stdout + done.stderr).strip().splitlines()
-    assert done.returncode == 2 and lines[-2].startswith(f"error: FLYWHEEL_RAW_DIR={settings.raw_dir} does not exist")
-    assert lines[-1] == ("error: the rebuild after erasing from bronze did not finish; fix the cause and run "
-                         "`flywheel forget --session ...` again with the same id to finish")
+    refused = cli(settings, "forget", "--session", SESSION)
+    assert refused.returncode == 2 and (refused.stdout + refused.stderr).strip().splitlines()[-1].startswith(
+        f"error: FLYWHEEL_RAW_DIR={settings.raw_dir} does not exist")
+    assert SESSION.encode() in bronze_bytes(settings)
+    settings.raw_dir.with_name("raw.away").rename(settings.raw_dir)
+
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(settings.state_db)!r}, "
+                               "read_only=True); print('ready', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        stopped = cli(settings, "forget", "--session", SESSION)
+    finally:
+        holder.kill()
+        holder.wait()
+    [line] = (stopped.stdout + stopped.stderr).strip().splitlines()
+    assert stopped.returncode == 1 and line.startswith(f"error: {settings.state_db}: another process holds it (")
+    assert line.endswith("close that connection and run `flywheel forget --session ...` again with the same id to "
+                         "finish")
     assert SESSION.encode() not in bronze_bytes(settings) and snapshot_rows_naming(settings, [SESSION])
 
-    settings.raw_dir.with_name("raw.away").rename(settings.raw_dir)
     again = cli(settings, "forget", "--session", SESSION)
     assert again.returncode == 0, again.stdout + again.stderr
     assert snapshot_rows_naming(settings, [SESSION]) == {} and state_rows_naming(settings, [SESSION]) == {}
+    assert " raw 0 rows" not in again.stdout  # counted before the rebuild, as on a first attempt
 
 
 def test_an_interrupted_forget_is_finished_by_running_it_again(lake):

@@ -40,7 +40,8 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
         expired, touched = privacy.retention_in_snapshots(settings, list(flywheel.sources().values()))
         if expired:
             privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
-        save_recent_runs(con, settings)  # `flywheel status` lists this run, published or not
+        if problem := save_recent_runs(con, settings):  # `flywheel status` lists this run, published or not
+            context.log.warning(problem)
     if result.status == "unchanged":
         context.log.info(f"nothing changed since snapshot {result.version}: nothing published")
     shared = {p: d for p, d in (result.manifest or {}).get("datasets", {}).items() if d["kind"] != "internal"}

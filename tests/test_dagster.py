@@ -276,6 +276,45 @@ def test_a_failing_check_fails_the_step_that_built_its_table_and_nothing_downstr
     assert not {e.asset_key for e in result.get_asset_materialization_events()} & set(labels)
 
 
+def test_only_a_run_of_the_whole_job_with_every_table_validated_publishes(lake):
+    """The ``snapshot`` asset materialised with part of the job (the UI's "Materialize selected",
+    ``dg launch --assets``) published this run's new staging rows beside marts and exports built
+    without them; materialised alone after a failed run, it published the rows a blocking check
+    had refused. Neither publishes now, and the current snapshot stays."""
+    import duckdb
+
+    from dagster_project import versions
+    from dagster_project.publishing import PublishError, current_version, gate_state
+
+    defs = load_definitions()
+    every = list(defs.assets)
+    run = lambda *keys: dg.materialize(every, resources={"flywheel": resource_for(lake)}, raise_on_error=False,  # noqa: E731
+                                       selection=dg.AssetSelection.assets(*keys) if keys else None)
+    assert run().success
+    published = current_version(lake.export_dir)
+
+    def refused(result, why: str) -> None:
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+        assert failure.step_key == "snapshot" and why in failure.step_failure_data.user_failure_data.description
+        assert current_version(lake.export_dir) == published
+
+    write_lines(lake.raw_dir / "interactions" / "interactions_2026-02-27_00000000.jsonl", [dumps(interaction(7))])
+    part = [dg.AssetKey(["ingest", "interactions"]), dg.AssetKey(["staging", "interactions"]), dg.AssetKey("snapshot")]
+    refused(run(*part), "this run materialised part of the job (")
+
+    con = duckdb.connect(str(lake.state_db))
+    con.execute("update raw.interactions set tokens_used = -5 where id = ?", [interaction(1)["id"]])
+    versions.bump(con, "raw.interactions", None, reset=True)  # rewritten in place: staging rebuilds
+    con.close()
+    assert not run().success  # staging.interactions fails its blocking check: its rows stay in the state
+    refused(run(dg.AssetKey("snapshot")), "this run materialised part of the job (")
+    con = duckdb.connect(str(lake.state_db))
+    with pytest.raises(PublishError, match=r"^staging\.interactions: failed their last validation \("):
+        gate_state(con)  # what a re-execution of only the snapshot step, after a whole run, meets
+    con.close()
+
+
 def test_a_run_recorded_in_a_sqlite_instance_keeps_every_event_and_leaves_no_write_ahead_log(lake, tmp_path,
                                                                                              monkeypatch):
     from dagster_project.pipeline import instance, run_pipeline

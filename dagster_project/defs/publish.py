@@ -5,7 +5,7 @@ import dagster as dg
 from dagster_project.catalog import apply_comments
 from dagster_project.defs.marts import TABLE_KEYS
 from dagster_project import privacy
-from dagster_project.publishing import publish_snapshot, watermarks
+from dagster_project.publishing import PublishError, gate_state, publish_snapshot, watermarks
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources
 from dagster_project.state import WRITER_TAGS, save_recent_runs
@@ -13,6 +13,22 @@ from dagster_project.state import WRITER_TAGS, save_recent_runs
 # Everything that writes the state database must finish (and pass its blocking checks) first.
 UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
     dg.AssetKey(["staging", "weighted_examples"]), *TABLE_KEYS]
+
+
+def not_materialised(context: dg.AssetExecutionContext) -> list[str]:
+    """The assets upstream of the snapshot that neither this run nor the runs it re-executes
+    (from failure: their steps that succeeded are not run again) materialised. A run of part of
+    the job (the UI's "Materialize selected", ``dg launch --assets``) published a snapshot mixing
+    this run's tables with older ones built from other inputs (new staging rows, marts without
+    them)."""
+    required = {*UPSTREAM, *(dg.AssetKey(["ingest", name]) for name in builtin_sources())}
+    run = context.run
+    while run is not None and required:
+        for record in context.instance.get_records_for_run(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
+            required.discard(record.event_log_entry.dagster_event.asset_key)
+        run = context.instance.get_run_by_id(run.parent_run_id) if run.parent_run_id else None
+    return sorted(key.to_user_string() for key in required)
 
 
 @dg.asset(
@@ -27,7 +43,16 @@ UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
 )
 def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
     settings = flywheel.settings()
+    if missing := not_materialised(context):
+        raise dg.Failure(description=(
+            f"this run materialised part of the job ({len(missing)} upstream asset(s) not, e.g. {missing[0]}): "
+            "a snapshot holds one consistent state; nothing was published: materialise flywheel_job "
+            "(`flywheel run`; what did not change is reused)"), allow_retries=False)
     with flywheel.state() as con:
+        try:
+            gate_state(con)
+        except PublishError as exc:
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
         # A rebuilt table loses its comments: describe them just before publishing.
         undescribed = apply_comments(con)
         if undescribed:

@@ -5,8 +5,9 @@
 """
 
 from dagster_project.publishing.snapshot import (CURRENT, MANIFEST, SNAPSHOTS, PublishError, PublishResult,
-                                                 current_version, list_snapshots, publish_snapshot, read_manifest,
+                                                 current_version, gate_state, list_snapshots, publish_snapshot, read_manifest,
                                                  run_outcome, status, verify_snapshot, watermarks)
 
-__all__ = ["CURRENT", "MANIFEST", "SNAPSHOTS", "PublishError", "PublishResult", "current_version", "list_snapshots",
+__all__ = ["CURRENT", "MANIFEST", "SNAPSHOTS", "PublishError", "PublishResult", "current_version", "gate_state",
+           "list_snapshots",
            "publish_snapshot", "read_manifest", "run_outcome", "status", "verify_snapshot", "watermarks"]

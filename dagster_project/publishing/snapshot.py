@@ -497,6 +497,32 @@ def _gate_validations(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
                            "nothing was published (see ingest.validations)")
 
 
+def gate_state(con: duckdb.DuckDBPyConnection) -> None:
+    """Every published table with a suite is the version its last validation ran on, and that
+    validation passed. The run's own results are not enough: a run of part of the job (the
+    ``snapshot`` asset alone, from the UI or ``dg launch``) validates nothing, and published the
+    rows a failed run had left in the state database (a blocking check failed on them)."""
+    from dagster_project.expectations import SUITES
+
+    tables = {d.table for d in datasets(con)}
+    current = {t: v for t, v in versions.get_many(con, sorted(t for t in tables if t in SUITES)).items()
+               if v is not None}  # (a table the pipeline did not build has no version)
+    suites = sorted(current)
+    versions.ensure_validated(con)
+    last = {t: (k, passed) for t, k, passed in con.execute(
+        f"select table_name, validation_key, passed from {versions.VALIDATED} "
+        "where table_name in (select unnest(?::varchar[]))", [suites]).fetchall()}
+    stale = [t for t in suites if last.get(t, (None, False)) != (versions.validation_key_of(current[t]), True)]
+    if stale:
+        failed = [t for t in stale if t in last and not last[t][1]
+                  and last[t][0] == versions.validation_key_of(current[t])]
+        raise PublishError(
+            f"{', '.join(stale[:5])}{f' and {len(stale) - 5} more' if len(stale) > 5 else ''}: "
+            f"{'failed their last validation' if failed == stale else 'not validated as they are now'} "
+            "(a failed run's rows, or a run of part of the job); nothing was published: run the whole job "
+            "(`flywheel run`, or flywheel_job)")
+
+
 def validation_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     try:
         rows = con.execute(

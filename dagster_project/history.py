@@ -75,3 +75,45 @@ def prune_runs(instance: dg.DagsterInstance, keep: int) -> Pruned:
             # (none found) would open an empty file and fail on its missing tables
             getattr(storage, "_initialized_dbs", set()).discard(run_id)
     return Pruned(len(old), freed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs whose process is gone
+# ---------------------------------------------------------------------------------------------
+
+# "<host>:<pid>" of the process that held the writer lock for a run: added once it holds it.
+HOLDER_TAG = "flywheel/writer_process"
+IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def holder() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[dg.DagsterRun]:
+    """The pipeline's runs still in progress in ``instance`` whose writer process, on this host,
+    is gone: killed (``kill -9``, the OOM killer, a reboot) while it held the writer lock, a run
+    stays STARTED for good, and the one-run-at-a-time limit queued every later scheduled and
+    sensor run behind it, silently. The caller holds the writer lock, so no such run is writing;
+    a run not tagged (it never held the lock) or whose process lives is left alone."""
+    here = holder().rpartition(":")[0]
+    dead = []
+    for run in instance.get_runs(filters=dg.RunsFilter(tags=WRITER_TAGS, statuses=IN_PROGRESS)):
+        host, _, pid = run.tags.get(HOLDER_TAG, "").rpartition(":")
+        if run.run_id == exclude or host != here or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            dead.append(run)
+        except PermissionError:  # alive, another user's
+            continue
+    return dead
+
+
+def report_dead(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> None:
+    for run in runs:
+        instance.report_run_failed(run, f"its process ({run.tags[HOLDER_TAG]}) is gone: killed while it ran; "
+                                        "found by the next run to hold the writer lock")

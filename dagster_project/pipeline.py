@@ -16,7 +16,7 @@ import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.history import Pruned, prune_runs
+from dagster_project.history import HOLDER_TAG, Pruned, dead_runs, holder, prune_runs, report_dead
 from dagster_project.settings import PROJECT_ROOT, Settings
 from dagster_project.sources import builtin_sources
 from dagster_project.state import shared_state, state_connection, writer_lock
@@ -300,6 +300,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             forget_files(settings, replay)
         dagster = instance()
         stack.enter_context(dagster)
+        sweep_dead_runs(dagster, settings)
         stack.enter_context(event_log_held_open(dagster, run_id))
         if console is not None:
             steps = progress.StepProgress(console, total_steps=len(job.graph.nodes))
@@ -309,7 +310,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
         with shared_state(settings):  # steps run here: one connection, a cursor of it per thread
             result = execute(job, settings.step_threads, dagster, run_id,
                              run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
-                             tags={"flywheel/launched_by": "cli", "flywheel/mode": mode})
+                             tags={"flywheel/launched_by": "cli", "flywheel/mode": mode, HOLDER_TAG: holder()})
         pruned, prune_error = prune_history(dagster, settings.keep_runs)
     failures, traces = [], []
     # A failed blocking check fails the step that builds its table with a bare "check failed":
@@ -340,6 +341,23 @@ def _first_line(message: str) -> str:
     lines = [line.strip() for line in (message or "").strip().splitlines()]
     failed = next((line for line in lines if line.startswith("✗")), None)
     return f"{lines[0].split(':')[0]}: {failed}" if failed else (lines[0] if lines else "")
+
+
+def sweep_dead_runs(dagster: dg.DagsterInstance, settings: Settings, exclude: str | None = None) -> None:
+    """Once this run holds the writer lock: the pipeline's runs whose process is gone are failed,
+    in Dagster (they queued every later run) and in ``ingest.runs`` (``history.dead_runs``)."""
+    from dagster_project.state import record_run, save_recent_runs
+
+    dead = dead_runs(dagster, exclude)
+    if not dead:
+        return
+    report_dead(dagster, dead)
+    with state_connection(settings) as con:
+        for run in dead:
+            if con.execute("select count(*) from ingest.runs where run_id = ?", [run.run_id]).fetchone()[0]:
+                record_run(con, run.run_id, mode=run.tags.get("flywheel/mode", "incremental"), status="failed",
+                           error=f"killed while it ran (its process {run.tags[HOLDER_TAG]} is gone)")
+        save_recent_runs(con, settings)
 
 
 def prune_history(dagster: dg.DagsterInstance, keep: int) -> tuple[Pruned | None, str | None]:

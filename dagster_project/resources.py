@@ -45,12 +45,16 @@ class FlywheelResource(dg.ConfigurableResource):
             return
         if is_shared(settings):  # flywheel run holds it already
             return
-        from dagster_project.pipeline import prepare_state
+        from dagster_project.pipeline import prepare_state, sweep_dead_runs
+
+        from dagster_project.history import HOLDER_TAG, holder
 
         with ExitStack() as stack:  # a failure here leaves nothing open, and is what is raised
             stack.enter_context(shared_state(settings))
             with state_connection(settings) as con:
                 prepare_state(con, settings)
+            context.instance.add_run_tags(run.run_id, {HOLDER_TAG: holder()})  # it holds the writer lock
+            sweep_dead_runs(context.instance, settings, exclude=run.run_id)
             self._run_state = stack.pop_all()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

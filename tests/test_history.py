@@ -3,6 +3,8 @@ real runs (a one-asset job materialized, and the pipeline itself)."""
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 import pytest
 from dagster._core.storage.dagster_run import DagsterRun
@@ -133,3 +135,68 @@ def test_flywheel_run_deletes_the_history_beyond_keep_runs_after_each_run(settin
     assert third.pruned == history.Pruned(0, 0)
     with instance() as dagster:
         assert set(dagster.get_run_ids()) == {second.run_id, third.run_id}
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_lock(settings, home, monkeypatch):
+    """``kill -9`` (the OOM killer, a reboot) left the run STARTED in Dagster for good: the
+    one-run-at-a-time limit then queued every scheduled and sensor run behind it, silently, and
+    ``ingest.runs`` showed it running. The next run to hold the writer lock fails it in both."""
+    import os
+    import subprocess
+    import sys
+
+    import duckdb
+
+    from dagster_project.pipeline import instance, run_pipeline
+    from dagster_project.publishing.snapshot import FAULT_ENV
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                [dumps(interaction(i)) for i in range(3)])
+    env = {**os.environ, "DAGSTER_HOME": str(home), "FLYWHEEL_DAGSTER_EPHEMERAL": "0", FAULT_ENV: "kill:hashed",
+           "FLYWHEEL_RAW_DIR": str(settings.raw_dir), "FLYWHEEL_WAREHOUSE": str(settings.warehouse),
+           "FLYWHEEL_EXPORT_DIR": str(settings.export_dir)}
+    killed = subprocess.run([sys.executable, "-m", "dagster_project.cli", "run", "--quiet"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        [dead] = dagster.get_runs(filters=dg.RunsFilter(tags=WRITER_TAGS))
+        assert dead.status == dg.DagsterRunStatus.STARTED and history.HOLDER_TAG in dead.tags
+
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
+    assert run_pipeline(settings).success
+    with instance() as dagster:
+        assert dagster.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert not dagster.get_runs(filters=dg.RunsFilter(tags=WRITER_TAGS, statuses=history.IN_PROGRESS))
+        [failure] = dagster.all_logs(dead.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert "is gone: killed while it ran" in failure.dagster_event.message
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    assert con.execute("select status, error from ingest.runs where run_id = ?", [dead.run_id]).fetchone() == (
+        "failed", f"killed while it ran (its process {dead.tags[history.HOLDER_TAG]} is gone)")
+    con.close()
+
+
+def test_a_run_dagster_launches_fails_the_runs_whose_writer_process_is_gone(settings, home):
+    """The same from a run the daemon or `dg launch` starts: its resource takes the writer lock."""
+    import subprocess
+    import sys
+
+    from dagster_project.definitions import load_definitions
+    from dagster_project.resources import FlywheelResource
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", [dumps(interaction(1))])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = history.holder().rpartition(":")[0]
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        for run_id, pid in (("00000000-0000-4000-8000-0000000000de", gone.pid),  # killed
+                            ("00000000-0000-4000-8000-00000000a11e", os.getpid())):  # alive (waiting, say)
+            dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=run_id, status=dg.DagsterRunStatus.STARTED,
+                                       tags={**WRITER_TAGS, history.HOLDER_TAG: f"{here}:{pid}"}))
+        defs = load_definitions()
+        assert dg.materialize(list(defs.assets), instance=dagster, selection=["ingest/interactions"], resources={
+            "flywheel": FlywheelResource(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
+                                         export_dir=str(settings.export_dir))}).success
+        assert dagster.get_run_by_id("00000000-0000-4000-8000-0000000000de").status == dg.DagsterRunStatus.FAILURE
+        assert dagster.get_run_by_id("00000000-0000-4000-8000-00000000a11e").status == dg.DagsterRunStatus.STARTED

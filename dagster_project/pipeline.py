@@ -312,15 +312,28 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                              run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
                              tags={"flywheel/launched_by": "cli", "flywheel/mode": mode, HOLDER_TAG: holder()})
         pruned, prune_error = prune_history(dagster, settings.keep_runs)
+    failures, traces, error = step_failures(result.all_events)
+    if not result.success:
+        mark_failed(settings, run_id, error, mode=mode)
+    return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
+                          mode=mode, warnings=warnings, pruned=pruned, prune_error=prune_error)
+
+
+def step_failures(events) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
+    """From a run's events: each failed step's message (Dagster's wrapping taken off; a failed
+    check's report after it), its traceback, and the run's error in one line (per step, a failed
+    check's first failed expectation, not Dagster's "1 blocking asset check failed"), as
+    ``ingest.runs.error`` records it whoever records it (``flywheel run``, the run's resource, the
+    failure sensor)."""
     failures, traces = [], []
     # A failed blocking check fails the step that builds its table with a bare "check failed":
     # each report (which expectation, sample rows) is in its evaluation's description.
     checks: dict[str, list[str]] = {}
-    for event in result.all_events:
+    for event in events:
         if (event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
                 and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description):
             checks.setdefault(event.step_key, []).append(event.asset_check_evaluation_data.description)
-    for event in result.all_events:
+    for event in events:
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
             message = short_error(event.step_failure_data)
@@ -328,11 +341,14 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                 message += "\n" + "\n".join(checks[event.step_key])
             failures.append((event.step_key or "?", message.strip()))
             traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
-    if not result.success:  # per step one line: a failed check's first failed expectation, not "check failed"
-        mark_failed(settings, run_id, "; ".join(f"{step}: {_first_line(checks.get(step, [msg])[0])}"
-                                                for step, msg in failures), mode=mode)
-    return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
-                          mode=mode, warnings=warnings, pruned=pruned, prune_error=prune_error)
+    line = "; ".join(f"{step}: {_first_line(checks.get(step, [msg])[0])}" for step, msg in failures)
+    return failures, traces, line
+
+
+def run_events(instance: dg.DagsterInstance, run_id: str) -> list[dg.DagsterEvent]:
+    """The run's step failures and check evaluations, as ``step_failures`` reads them."""
+    return [record.dagster_event for record in instance.all_logs(run_id, of_type={
+        dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION}) if record.dagster_event]
 
 
 def _first_line(message: str) -> str:

@@ -13,7 +13,7 @@ from pydantic import PrivateAttr
 
 from dagster_project.settings import Settings, SettingsError
 from dagster_project.sources import load_sources
-from dagster_project.state import is_shared, shared_state, state_connection
+from dagster_project.state import WRITER_TAGS, is_shared, shared_state, state_connection
 from transforms.spec import SourceSpec
 
 
@@ -53,14 +53,40 @@ class FlywheelResource(dg.ConfigurableResource):
             stack.enter_context(shared_state(settings))
             with state_connection(settings) as con:
                 prepare_state(con, settings)
-            context.instance.add_run_tags(run.run_id, {HOLDER_TAG: holder()})  # it holds the writer lock
+            # it holds the writer lock; and a run of the UI's asset job (not flywheel_job) is the
+            # pipeline's too: history retention counts the runs with the writer tag
+            context.instance.add_run_tags(run.run_id, {**WRITER_TAGS, HOLDER_TAG: holder()})
             sweep_dead_runs(context.instance, settings, exclude=run.run_id)
             self._run_state = stack.pop_all()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._run_state is not None:
+        if self._run_state is None:
+            return
+        try:
+            self._record_outcome(context)
+        finally:
             self._run_state.close()
             self._run_state = None
+
+    def _record_outcome(self, context: dg.InitResourceContext) -> None:
+        """The run's row in ``ingest.runs``, finished here: a run the daemon or ``dg launch`` starts
+        is recorded failed by nothing else when the failure sensor does not see it (``dg launch``
+        runs in-process: the sensor never matches them), and one that never reaches the snapshot
+        step (part of the job, cancelled) stayed "running" for good. ``flywheel run`` records its
+        own (``run_pipeline``)."""
+        from dagster_project.pipeline import run_events, step_failures
+        from dagster_project.state import record_run, save_recent_runs
+
+        run = context.dagster_run
+        _, _, error = step_failures(run_events(context.instance, run.run_id))
+        settings = self.settings()
+        with state_connection(settings) as con:
+            row = con.execute("select status from ingest.runs where run_id = ?", [run.run_id]).fetchone()
+            if error or row is None or row[0] == "running":
+                record_run(con, run.run_id, mode=run.tags.get("flywheel/mode", "incremental"),
+                           status="failed" if error else "success", error=error or None)
+            if problem := save_recent_runs(con, settings):
+                context.log.warning(problem)
 
     def settings(self) -> Settings:
         try:

@@ -315,6 +315,37 @@ def test_only_a_run_of_the_whole_job_with_every_table_validated_publishes(lake):
     con.close()
 
 
+def test_a_run_dagster_starts_records_its_outcome_whatever_it_materialises(lake):
+    """Runs of part of the job never reached the snapshot step, which finishes a run's row: they
+    stayed "running" in ``ingest.runs``; and a failure was recorded only by the failure sensor,
+    which never sees a ``dg launch`` run (in-process) and recorded Dagster's "1 blocking asset
+    check failed". The run's resource records the outcome at its teardown."""
+    import duckdb
+
+    from dagster_project import versions
+    from dagster_project.state import recent_runs
+
+    defs = load_definitions()
+    run = lambda *keys: dg.materialize(list(defs.assets), resources={"flywheel": resource_for(lake)},  # noqa: E731
+                                       raise_on_error=False, selection=dg.AssetSelection.assets(*keys))
+    staging = [dg.AssetKey(["ingest", "interactions"]), dg.AssetKey(["staging", "interactions"])]
+    done = run(*staging)
+    assert done.success
+    con = duckdb.connect(str(lake.state_db))
+    con.execute("update raw.interactions set tokens_used = -5 where id = ?", [interaction(1)["id"]])
+    versions.bump(con, "raw.interactions", None, reset=True)  # rewritten in place: staging rebuilds
+    con.close()
+    failed = run(*staging)
+    assert not failed.success
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    rows = dict(con.execute("select run_id, status || ': ' || coalesce(error, '') from ingest.runs").fetchall())
+    con.close()
+    assert rows[done.run_id] == "success: "
+    assert rows[failed.run_id].startswith("failed: staging__interactions: staging.interactions: ✗ ")
+    assert "tokens_used" in rows[failed.run_id]
+    assert [r["run_id"] for r in recent_runs(lake)] == [failed.run_id, done.run_id]
+
+
 def test_a_run_recorded_in_a_sqlite_instance_keeps_every_event_and_leaves_no_write_ahead_log(lake, tmp_path,
                                                                                              monkeypatch):
     from dagster_project.pipeline import instance, run_pipeline

@@ -113,10 +113,13 @@ def new_files_sensor(context: dg.SensorEvaluationContext, flywheel: FlywheelReso
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def mark_failed_runs(context: dg.RunFailureSensorContext, flywheel: FlywheelResource):
-    from dagster_project.pipeline import mark_failed
+    from dagster_project.pipeline import mark_failed, run_events, step_failures
 
+    # the steps' own one-line errors, as `flywheel run` records them (the run's failure event
+    # says only "dagster._core.errors.DagsterAssetCheckFailedError: 1 blocking asset check failed")
+    _, _, error = step_failures(run_events(context.instance, context.dagster_run.run_id))
     data = context.failure_event.job_failure_data
-    error = (data.error.message.strip() if data is not None and data.error is not None else "") \
+    error = error or (data.error.message.strip() if data is not None and data.error is not None else "") \
         or context.failure_event.message or "run failed"
     # The next run may hold the database already (one run at a time, queued): wait less than the
     # sensor's own timeout; mark_failed leaves the failure for that run to record otherwise.

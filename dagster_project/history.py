@@ -81,8 +81,10 @@ def prune_runs(instance: dg.DagsterInstance, keep: int) -> Pruned:
 # Runs whose process is gone
 # ---------------------------------------------------------------------------------------------
 
-# "<host>:<pid>" of the process that held the writer lock for a run: added once it holds it.
+# "<host>:<pid>" of the process that held the writer lock for a run: added once it holds it, with
+# the run's own id (a run re-executed from another copies its tags: the copy names the parent).
 HOLDER_TAG = "flywheel/writer_process"
+HOLDER_RUN_TAG = "flywheel/writer_run"
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
@@ -92,17 +94,21 @@ def holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def holder_tags(run_id: str) -> dict[str, str]:
+    return {HOLDER_TAG: holder(), HOLDER_RUN_TAG: run_id}
+
+
 def dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[dg.DagsterRun]:
     """The pipeline's runs still in progress in ``instance`` whose writer process, on this host,
     is gone: killed (``kill -9``, the OOM killer, a reboot) while it held the writer lock, a run
     stays STARTED for good, and the one-run-at-a-time limit queued every later scheduled and
-    sensor run behind it, silently. The caller holds the writer lock, so no such run is writing;
-    a run not tagged (it never held the lock) or whose process lives is left alone."""
+    sensor run behind it, silently. A run not tagged by itself (it never held the lock; a
+    re-execution carries its parent's tags) or whose process lives is left alone."""
     here = holder().rpartition(":")[0]
     dead = []
     for run in instance.get_runs(filters=dg.RunsFilter(tags=WRITER_TAGS, statuses=IN_PROGRESS)):
         host, _, pid = run.tags.get(HOLDER_TAG, "").rpartition(":")
-        if run.run_id == exclude or host != here or not pid.isdigit():
+        if run.run_id == exclude or run.tags.get(HOLDER_RUN_TAG) != run.run_id or host != here or not pid.isdigit():
             continue
         try:
             os.kill(int(pid), 0)

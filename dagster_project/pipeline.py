@@ -16,7 +16,7 @@ import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.history import HOLDER_TAG, Pruned, dead_runs, holder, prune_runs, report_dead
+from dagster_project.history import HOLDER_TAG, Pruned, dead_runs, holder_tags, prune_runs, report_dead
 from dagster_project.settings import PROJECT_ROOT, Settings
 from dagster_project.sources import builtin_sources
 from dagster_project.state import shared_state, state_connection, writer_lock
@@ -310,7 +310,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
         with shared_state(settings):  # steps run here: one connection, a cursor of it per thread
             result = execute(job, settings.step_threads, dagster, run_id,
                              run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
-                             tags={"flywheel/launched_by": "cli", "flywheel/mode": mode, HOLDER_TAG: holder()})
+                             tags={"flywheel/launched_by": "cli", "flywheel/mode": mode, **holder_tags(run_id)})
         pruned, prune_error = prune_history(dagster, settings.keep_runs)
     failures, traces, error = step_failures(result.all_events)
     if not result.success:

@@ -17,6 +17,15 @@ from dagster_project.state import WRITER_TAGS, is_shared, shared_state, state_co
 from transforms.spec import SourceSpec
 
 
+def planned_steps(instance: dg.DagsterInstance, run: dg.DagsterRun) -> set[str]:
+    """The steps ``run`` was to execute."""
+    if run.step_keys_to_execute:
+        return set(run.step_keys_to_execute)
+    plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id) if run.execution_plan_snapshot_id \
+        else None
+    return set(plan.step_keys_to_execute or [s.key for s in plan.steps]) if plan is not None else set()
+
+
 class FlywheelResource(dg.ConfigurableResource):
     """Paths of the raw lake, warehouse and exports.
 
@@ -47,7 +56,7 @@ class FlywheelResource(dg.ConfigurableResource):
             return
         from dagster_project.pipeline import prepare_state, sweep_dead_runs
 
-        from dagster_project.history import HOLDER_TAG, holder
+        from dagster_project.history import holder_tags
 
         with ExitStack() as stack:  # a failure here leaves nothing open, and is what is raised
             stack.enter_context(shared_state(settings))
@@ -55,7 +64,7 @@ class FlywheelResource(dg.ConfigurableResource):
                 prepare_state(con, settings)
             # it holds the writer lock; and a run of the UI's asset job (not flywheel_job) is the
             # pipeline's too: history retention counts the runs with the writer tag
-            context.instance.add_run_tags(run.run_id, {**WRITER_TAGS, HOLDER_TAG: holder()})
+            context.instance.add_run_tags(run.run_id, {**WRITER_TAGS, **holder_tags(run.run_id)})
             sweep_dead_runs(context.instance, settings, exclude=run.run_id)
             self._run_state = stack.pop_all()
 
@@ -79,6 +88,13 @@ class FlywheelResource(dg.ConfigurableResource):
 
         run = context.dagster_run
         _, _, error = step_failures(run_events(context.instance, run.run_id))
+        if not error:  # interrupted (Ctrl-C, the UI's Terminate) between steps: no step failed
+            unfinished = planned_steps(context.instance, run) - {
+                r.dagster_event.step_key for r in context.instance.all_logs(
+                    run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS) if r.dagster_event}
+            if unfinished:
+                error = (f"interrupted: {len(unfinished)} step(s) did not finish (e.g. {min(unfinished)}); "
+                         "nothing of this run is published")
         settings = self.settings()
         with state_connection(settings) as con:
             row = con.execute("select status from ingest.runs where run_id = ?", [run.run_id]).fetchone()

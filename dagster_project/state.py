@@ -320,10 +320,11 @@ def _record(con: duckdb.DuckDBPyConnection, params: dict) -> None:
     con.execute(
         f"""
         insert into ingest.runs (run_id, started_at, mode, status, sources, files_seen,
-            files_changed, lines_read, rows_loaded, rows_quarantined, blank_lines, deferred_bytes, error, warnings)
+            files_changed, lines_read, rows_loaded, rows_quarantined, blank_lines, deferred_bytes, error, warnings,
+            finished_at)
         values ($run, now(), $mode, $status, {sources},
             $files_seen, $files_changed, $lines, $loaded, $quarantined, $blank, $deferred, $error,
-            $warnings::varchar[])
+            $warnings::varchar[], case when $status in ('success', 'failed') then now() end)
         """, params)
 
 # ``flywheel status`` lists the newest runs from this file beside the state database: the

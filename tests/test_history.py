@@ -177,10 +177,16 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
     con.close()
 
 
-def test_a_run_dagster_launches_fails_the_runs_whose_writer_process_is_gone(settings, home):
-    """The same from a run the daemon or `dg launch` starts: its resource takes the writer lock."""
+@pytest.mark.parametrize("by", ["a run", "the sensor"])
+def test_the_runs_whose_writer_process_is_gone_are_failed_by_a_run_dagster_launches_or_the_sensor(settings, home, by):
+    """The same from a run the daemon or `dg launch` starts (its resource takes the writer lock);
+    and from the `flywheel_dead_runs` sensor: a scheduled or sensor run never starts while the
+    dead one holds the one-run limit, so only the daemon frees the queue by itself. A run whose
+    process lives, and a re-execution still carrying its parent's tags, are left alone."""
     import subprocess
     import sys
+
+    import duckdb
 
     from dagster_project.definitions import load_definitions
     from dagster_project.resources import FlywheelResource
@@ -189,14 +195,28 @@ def test_a_run_dagster_launches_fails_the_runs_whose_writer_process_is_gone(sett
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     here = history.holder().rpartition(":")[0]
+    killed, alive, copied = ("00000000-0000-4000-8000-0000000000de", "00000000-0000-4000-8000-00000000a11e",
+                             "00000000-0000-4000-8000-00000000c0de")
+    resource = FlywheelResource(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
+                                export_dir=str(settings.export_dir))
+    defs = load_definitions()
     with dg.DagsterInstance.from_config(str(home)) as dagster:
-        for run_id, pid in (("00000000-0000-4000-8000-0000000000de", gone.pid),  # killed
-                            ("00000000-0000-4000-8000-00000000a11e", os.getpid())):  # alive (waiting, say)
+        assert dg.materialize(list(defs.assets), instance=dagster, selection=["ingest/interactions"],
+                              resources={"flywheel": resource}).success  # the state exists
+        for run_id, pid, tagged in ((killed, gone.pid, killed), (alive, os.getpid(), alive), (copied, gone.pid, killed)):
             dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=run_id, status=dg.DagsterRunStatus.STARTED,
-                                       tags={**WRITER_TAGS, history.HOLDER_TAG: f"{here}:{pid}"}))
-        defs = load_definitions()
-        assert dg.materialize(list(defs.assets), instance=dagster, selection=["ingest/interactions"], resources={
-            "flywheel": FlywheelResource(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
-                                         export_dir=str(settings.export_dir))}).success
-        assert dagster.get_run_by_id("00000000-0000-4000-8000-0000000000de").status == dg.DagsterRunStatus.FAILURE
-        assert dagster.get_run_by_id("00000000-0000-4000-8000-00000000a11e").status == dg.DagsterRunStatus.STARTED
+                                       tags={**WRITER_TAGS, history.HOLDER_TAG: f"{here}:{pid}",
+                                             history.HOLDER_RUN_TAG: tagged}))
+        if by == "a run":
+            assert dg.materialize(list(defs.assets), instance=dagster, selection=["ingest/interactions"],
+                                  resources={"flywheel": resource}).success
+        else:
+            sensor = defs.resolve_sensor_def("flywheel_dead_runs")
+            with dg.build_sensor_context(instance=dagster, resources={"flywheel": resource}) as context:
+                assert "failed 1 run(s) whose process is gone" in sensor(context).skip_message
+        assert [dagster.get_run_by_id(r).status for r in (killed, alive, copied)] == [
+            dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTED]
+    if by == "the sensor":
+        con = duckdb.connect(str(settings.state_db), read_only=True)
+        assert con.execute("select status from ingest.runs where run_id = ?", [killed]).fetchone() == ("failed",)
+        con.close()

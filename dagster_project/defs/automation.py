@@ -140,8 +140,32 @@ def prune_history(context: dg.RunStatusSensorContext, flywheel: FlywheelResource
         context.log.info(f"deleted {pruned.runs} old runs from Dagster's history ({pruned.bytes / 1e6:.1f} MB)")
 
 
+@dg.sensor(
+    name="flywheel_dead_runs",
+    minimum_interval_seconds=60,
+    description="Fails the pipeline's runs whose process is gone (killed while they ran: kill -9, the OOM "
+    "killer, a reboot), which stay STARTED and queue every later run behind them.",
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def fail_dead_runs(context: dg.SensorEvaluationContext, flywheel: FlywheelResource):
+    # The next run to hold the writer lock does this too (``pipeline.sweep_dead_runs``), but a
+    # scheduled or sensor run never starts while the dead one holds the one-run limit: only the
+    # daemon, evaluating this on the same host, can free the queue by itself.
+    from dagster_project.history import HOLDER_TAG, dead_runs, report_dead
+    from dagster_project.pipeline import mark_failed
+
+    dead = dead_runs(context.instance)
+    if not dead:
+        return dg.SkipReason("no run of the pipeline whose process is gone")
+    report_dead(context.instance, dead)
+    for run in dead:
+        mark_failed(flywheel.settings(), run.run_id, f"killed while it ran (its process {run.tags[HOLDER_TAG]} is gone)",
+                    mode=run.tags.get("flywheel/mode", "incremental"), wait_seconds=30)
+    return dg.SkipReason(f"failed {len(dead)} run(s) whose process is gone: {', '.join(r.run_id[:8] for r in dead)}")
+
+
 defs = dg.Definitions(
     jobs=[flywheel_job],
     schedules=[daily_schedule],
-    sensors=[new_files_sensor, mark_failed_runs, prune_history],
+    sensors=[new_files_sensor, mark_failed_runs, prune_history, fail_dead_runs],
 )

@@ -16,18 +16,15 @@ UPSTREAM = [dg.AssetKey(["staging", name]) for name in builtin_sources()] + [
 
 
 def not_materialised(context: dg.AssetExecutionContext) -> list[str]:
-    """The assets upstream of the snapshot that neither this run nor the runs it re-executes
-    (from failure: their steps that succeeded are not run again) materialised. A run of part of
-    the job (the UI's "Materialize selected", ``dg launch --assets``) published a snapshot mixing
-    this run's tables with older ones built from other inputs (new staging rows, marts without
-    them)."""
+    """The assets upstream of the snapshot this run did not materialise. A run of part of the job
+    (the UI's "Materialize selected", ``dg launch --assets``) published a snapshot mixing this
+    run's tables with older ones built from other inputs (new staging rows, marts without them).
+    A re-execution from failure counts as part of the job too: the steps its parent ran may have
+    been built on since by other runs (a whole run again reuses what did not change)."""
     required = {*UPSTREAM, *(dg.AssetKey(["ingest", name]) for name in builtin_sources())}
-    run = context.run
-    while run is not None and required:
-        for record in context.instance.get_records_for_run(
-                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
-            required.discard(record.event_log_entry.dagster_event.asset_key)
-        run = context.instance.get_run_by_id(run.parent_run_id) if run.parent_run_id else None
+    for record in context.instance.get_records_for_run(
+            context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
+        required.discard(record.event_log_entry.dagster_event.asset_key)
     return sorted(key.to_user_string() for key in required)
 
 

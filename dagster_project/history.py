@@ -121,5 +121,4 @@ def dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[
 
 def report_dead(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> None:
     for run in runs:
-        instance.report_run_failed(run, f"its process ({run.tags[HOLDER_TAG]}) is gone: killed while it ran; "
-                                        "found by the next run to hold the writer lock")
+        instance.report_run_failed(run, f"its process ({run.tags[HOLDER_TAG]}) is gone: killed while it ran")

@@ -420,7 +420,7 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
         with writer_lock(settings, wait_seconds=wait_seconds), state_connection(settings) as con:
             ensure_schema(con)
             record_run(con, run_id, mode=mode, status="failed", error=error[:2000])
-            save_recent_runs(con, settings)  # (a failure to is not this run's)
+            save_recent_runs(con, settings)  # (a file not written is no failure of the run's)
     except (WarehouseBusy, duckdb.IOException):  # held by a run, or open in another process
         pending = settings.state_dir / PENDING_FAILURES
         pending.mkdir(parents=True, exist_ok=True)

@@ -54,9 +54,8 @@ class FlywheelResource(dg.ConfigurableResource):
             return
         if is_shared(settings):  # flywheel run holds it already
             return
-        from dagster_project.pipeline import prepare_state, sweep_dead_runs
-
         from dagster_project.history import holder_tags
+        from dagster_project.pipeline import prepare_state, sweep_dead_runs
 
         with ExitStack() as stack:  # a failure here leaves nothing open, and is what is raised
             stack.enter_context(shared_state(settings))

@@ -327,6 +327,7 @@ def _record(con: duckdb.DuckDBPyConnection, params: dict) -> None:
             $warnings::varchar[], case when $status in ('success', 'failed') then now() end)
         """, params)
 
+
 # ``flywheel status`` lists the newest runs from this file beside the state database: the
 # published warehouse holds the run log as of the last publish, so a run that published nothing
 # (nothing changed, or it failed) was not listed. Written when a run ends (its snapshot step, or
@@ -335,8 +336,6 @@ def _record(con: duckdb.DuckDBPyConnection, params: dict) -> None:
 RECENT_RUNS = "recent_runs.json"
 RUN_FIELDS = ("run_id", "mode", "status", "started_at", "finished_at", "lines_read", "rows_loaded",
               "rows_quarantined", "snapshot_status", "error")
-
-
 EVENTS_KEPT = 100  # per run: a directory whose mode changed makes every file in it an event
 
 

@@ -206,7 +206,7 @@ def forget(
     from dagster_project.state import WarehouseBusy
 
     try:
-        done = privacy.forget(settings, kind, subject, load_sources(settings.sources_file), rebuild)
+        done = privacy.forget(settings, kind, subject, load_sources(settings.sources_file, disabled=True), rebuild)
     except privacy.NothingToErase as exc:
         fail(str(exc), 1)
     except WarehouseBusy as exc:  # a run holds the writer lock

@@ -250,6 +250,17 @@ def test_a_warehouse_an_analyst_opened_read_write_fails_status_in_one_line_not_t
                                "read-write") and "Traceback" not in result.output
 
 
+def test_a_source_disabled_before_it_ever_ran_does_not_block_the_run(env, monkeypatch, tmp_path):
+    """Its ingest step returned before its raw table existed: every run failed in its staging
+    step (a DuckDB catalog error). Disabling says so in one warning."""
+    sources = tmp_path / "sources.yml"
+    sources.write_text("sources:\n  signals:\n    enabled: false\n")
+    monkeypatch.setenv("FLYWHEEL_SOURCES", str(sources))
+    result = invoke("run")
+    assert result.exit_code == 0, result.output
+    assert f"source signals: disabled in {sources}: its files are not read; its rows are kept" in result.output
+
+
 def test_a_file_gone_is_said_by_the_run_that_publishes_nothing_for_it(env):
     """A vanished file changes no row, so its run publishes nothing: the run's events, read from
     the published warehouse, were not printed at all."""

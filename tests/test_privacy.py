@@ -301,6 +301,37 @@ def test_a_forget_its_run_would_refuse_erases_nothing_and_one_stopped_half_way_i
     assert " raw 0 rows" not in again.stdout  # counted before the rebuild, as on a first attempt
 
 
+def test_a_source_disabled_in_the_sources_file_is_still_forgotten_and_its_lake_kept(lake, monkeypatch):
+    """A source disabled in the sources file (its files not read) was skipped by `forget` and by
+    retention: the erased session's feedback stayed in bronze, raw and staging, and came back in
+    a published snapshot. Its rows are kept (and published) while it is disabled, and erasure
+    reaches them."""
+    settings = lake
+    sources = settings.warehouse.parent / "sources.yml"
+    sources.write_text("sources:\n  feedback:\n    enabled: false\n")
+    monkeypatch.setenv("FLYWHEEL_SOURCES", str(sources))
+
+    def linked() -> tuple[int, int]:
+        con = duckdb.connect(str(settings.state_db), read_only=True)
+        try:
+            return con.execute(
+                "select (select count(*) from staging.feedback), (select count(*) from staging.feedback "
+                "where record_id in (select id from staging.interactions where session_id = ?))",
+                [SESSION]).fetchone()
+        finally:
+            con.close()
+
+    total, mine = linked()
+    assert mine > 0
+    assert cli(settings, "run", "--quiet").returncode == 0
+    assert linked() == (total, mine)  # disabled: kept as the lake holds it
+    done = cli(settings, "forget", "--session", SESSION)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert linked() == (total - mine, 0)
+    assert "across 3 source(s)" in done.stdout + done.stderr  # interactions, feedback, session ratings
+    assert snapshot_rows_naming(settings, [SESSION]) == {}
+
+
 def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
     from dagster_project import privacy
     from dagster_project.sources import builtin_sources

@@ -53,7 +53,13 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         live_spec = flywheel.sources().get(spec.name)
         with flywheel.state() as con:
             if live_spec is None:
-                context.log.info(f"{spec.name} is disabled in {settings.sources_file}")
+                # Its files are not read; what the lake holds is kept, published, and still under
+                # retention and erasure (a disabled source skipped both: an erased session came
+                # back with it; and a lake that never had its raw table failed every staging run)
+                context.log.warning(f"source {spec.name}: disabled in {settings.sources_file}: its files are not "
+                                    "read; its rows are kept")
+                Ingestor(con, spec, settings, context.run_id, progress=reporter(context)).run(
+                    full_refresh=config.full_refresh, read_files=False)
                 return dg.MaterializeResult(metadata={"disabled": True},
                                             check_results=[accounting_result(con, spec.name)])
             report = Ingestor(con, live_spec, settings, context.run_id,

@@ -7,7 +7,7 @@ from dagster_project.defs.marts import TABLE_KEYS
 from dagster_project import privacy
 from dagster_project.publishing import PublishError, gate_state, publish_snapshot, watermarks
 from dagster_project.resources import FlywheelResource
-from dagster_project.sources import builtin_sources
+from dagster_project.sources import builtin_sources, load_sources
 from dagster_project.state import WRITER_TAGS, save_recent_runs
 
 # Everything that writes the state database must finish (and pass its blocking checks) first.
@@ -59,7 +59,9 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
             pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
             allow_empty=settings.allow_empty, watermarks=watermarks(con))
         # Retention reaches the kept snapshots too (the current one was built from trimmed bronze).
-        expired, touched = privacy.retention_in_snapshots(settings, list(flywheel.sources().values()))
+        # (a source disabled in the sources file too: what the lake holds of it is published)
+        every = load_sources(settings.sources_file, disabled=True)
+        expired, touched = privacy.retention_in_snapshots(settings, list(every.values()))
         if expired:
             privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
         if problem := save_recent_runs(con, settings):  # `flywheel status` lists this run, published or not

@@ -48,8 +48,10 @@ ORDER = {name: i for i, name in enumerate([
 ])}
 
 
-def load_sources(sources_file: Path | None = None) -> dict[str, SourceSpec]:
-    """The registry with the sources YAML applied; errors name the file and the key."""
+def load_sources(sources_file: Path | None = None, *, disabled: bool = False) -> dict[str, SourceSpec]:
+    """The registry with the sources YAML applied; errors name the file and the key.
+    ``disabled``: keep the sources it disables, as declared (erasure and retention reach what the
+    lake holds of them)."""
     specs = builtin_sources()
     if sources_file is None:
         return specs
@@ -79,7 +81,8 @@ def load_sources(sources_file: Path | None = None) -> dict[str, SourceSpec]:
             raise SourcesConfigError(f"{sources_file}: sources.{name}.enabled: expected true or false, "
                                      f"got {override['enabled']!r}")
         if override.get("enabled") is False:
-            del specs[name]
+            if not disabled:
+                del specs[name]
             continue
         changes = {}
         if "globs" in override:

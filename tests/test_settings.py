@@ -120,6 +120,19 @@ def test_a_run_date_after_today_is_refused_before_retention_erases_by_it(tmp_pat
         "records that are still in their window; use today or an earlier date, or unset it"]
 
 
+def test_a_warehouse_or_export_directory_inside_the_raw_root_is_refused(tmp_path):
+    """A glob such as ``**/*.jsonl`` then reads the lake's own bronze segments and exports: every
+    run quarantined some of them and published a snapshot again."""
+    (tmp_path / "raw").mkdir()
+    assert preflight_problems(tmp_path, FLYWHEEL_WAREHOUSE=str(tmp_path / "raw" / ".wh" / "w.duckdb"),
+                              FLYWHEEL_EXPORT_DIR=str(tmp_path / "raw" / "out")) == [
+        f"FLYWHEEL_WAREHOUSE={tmp_path / 'raw' / '.wh' / 'w.duckdb'} is inside FLYWHEEL_RAW_DIR={tmp_path / 'raw'}: "
+        f"the lake would read its own files; put it beside the raw root, e.g. "
+        f"FLYWHEEL_WAREHOUSE={tmp_path / 'warehouse.duckdb'}",
+        f"FLYWHEEL_EXPORT_DIR={tmp_path / 'raw' / 'out'} is inside FLYWHEEL_RAW_DIR={tmp_path / 'raw'}: "
+        f"the lake would read its own files; put it beside the raw root, e.g. FLYWHEEL_EXPORT_DIR={tmp_path / 'exports'}"]
+
+
 def test_preflight_reports_a_malformed_sources_file_in_one_line(tmp_path):
     (tmp_path / "raw").mkdir()
     bad = tmp_path / "sources.yaml"

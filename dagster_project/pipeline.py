@@ -252,6 +252,7 @@ def environment(settings: Settings) -> Iterator[None]:
         "FLYWHEEL_DPO_MAX_PAIRS": str(settings.dpo_max_pairs),
         "FLYWHEEL_EVAL_FRACTION": str(settings.eval_fraction),
         "FLYWHEEL_SESSION_RETENTION_DAYS": str(settings.session_retention_days),
+        "FLYWHEEL_RETENTION_CONFIRM": str(settings.retention_confirm) if settings.retention_confirm else None,
         "FLYWHEEL_KEEP_SNAPSHOTS": str(settings.keep_snapshots),
         "FLYWHEEL_KEEP_RUNS": str(settings.keep_runs),
         "FLYWHEEL_ALLOW_EMPTY": "1" if settings.allow_empty else None,

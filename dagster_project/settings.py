@@ -84,6 +84,8 @@ class Settings:
     as_of: date | None = None  # the run date for decay and retention; None: today (UTC)
     eval_fraction: float = 0.05
     session_retention_days: int = 180
+    # the shorter window a run may apply (FLYWHEEL_RETENTION_CONFIRM: ``_retention_window_problem``)
+    retention_confirm: int | None = None
     keep_snapshots: int = 5  # published snapshots kept readable (time travel)
     keep_runs: int = 200  # finished runs whose Dagster history is kept (0: all; ``history``)
     allow_empty: bool = False  # publish an empty dataset over a non-empty one
@@ -167,6 +169,8 @@ class Settings:
                                 rule="a number from 0 up to (not including) 1"),
             session_retention_days=parse("FLYWHEEL_SESSION_RETENTION_DAYS", 180, int, "180",
                                          check=lambda v: v > 0, rule="a positive number of days"),
+            retention_confirm=parse("FLYWHEEL_RETENTION_CONFIRM", None, int, "30", check=lambda v: v > 0,
+                                    rule="the new, shorter FLYWHEEL_SESSION_RETENTION_DAYS"),
             keep_snapshots=parse("FLYWHEEL_KEEP_SNAPSHOTS", 5, int, "5", check=lambda v: v > 0,
                                  rule="a positive number of snapshots"),
             keep_runs=parse("FLYWHEEL_KEEP_RUNS", 200, int, "200", check=lambda v: v >= 0,
@@ -232,10 +236,45 @@ class Settings:
         if not problems:
             from dagster_project.privacy import erasure_key_problem
 
-            if problem := erasure_key_problem(self):
+            if problem := erasure_key_problem(self) or self._retention_window_problem():
                 problems.append(problem)
         if problems:
             raise SettingsError(problems)
+        self._record_retention_window()
+
+    RETENTION_WINDOW = "retention_window.json"  # under the state dir: the window runs last applied
+
+    def _recorded_retention_window(self) -> int | None:
+        import json
+
+        try:
+            return int(json.loads((self.state_dir / self.RETENTION_WINDOW).read_text(encoding="utf-8"))
+                       ["session_retention_days"])
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def _retention_window_problem(self) -> str | None:
+        """A window shorter than the one the lake keeps erases from bronze, for good, what lies
+        between the two (the producer's store is read again only when it changes): a typo (18 for
+        180) did that with no word. It is applied only when confirmed."""
+        kept = self._recorded_retention_window()
+        days = self.session_retention_days
+        if kept is None or days >= kept or self.retention_confirm == days:
+            return None
+        return (f"FLYWHEEL_SESSION_RETENTION_DAYS={days} is shorter than the {kept} days the lake keeps: the run "
+                f"would erase from it, for good, the session ratings {days} to {kept} days old; if that is meant, "
+                f"run once with FLYWHEEL_RETENTION_CONFIRM={days}")
+
+    def _record_retention_window(self) -> None:
+        import json
+
+        if self._recorded_retention_window() == self.session_retention_days:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        path = self.state_dir / self.RETENTION_WINDOW
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"session_retention_days": self.session_retention_days}), encoding="utf-8")
+        os.replace(tmp, path)
 
 
 def _unwritable(directory: Path) -> str | None:

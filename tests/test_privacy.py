@@ -160,6 +160,38 @@ def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(lak
     assert again.returncode == 1 and len(refused.splitlines()) == 1 and "nothing erased" in refused
 
 
+def test_a_shorter_retention_window_is_applied_only_when_confirmed(lake):
+    """Retention erases from bronze, for good, what is older than its window (the producer's
+    store is read again only when it changes): a window typed 18 for 180 erased 36 of the
+    sample's 62 ratings with no word. A shorter window than the lake keeps is refused until
+    confirmed; a longer one is not."""
+    from dagster_project.settings import SettingsError
+
+    settings = lake
+
+    def ratings() -> int:
+        con = duckdb.connect(str(settings.state_db), read_only=True)
+        try:
+            return con.execute("select count(*) from raw.session_ratings").fetchone()[0]
+        finally:
+            con.close()
+
+    before = ratings()
+    with pytest.raises(SettingsError) as refused:
+        run_pipeline(replace(settings, session_retention_days=18))
+    assert refused.value.problems == [
+        "FLYWHEEL_SESSION_RETENTION_DAYS=18 is shorter than the 180 days the lake keeps: the run would erase from "
+        "it, for good, the session ratings 18 to 180 days old; if that is meant, run once with "
+        "FLYWHEEL_RETENTION_CONFIRM=18"]
+    assert run_pipeline(replace(settings, session_retention_days=365)).success  # longer: nothing erased
+    assert ratings() == before
+    with pytest.raises(SettingsError):  # 180 is now shorter than what the lake keeps
+        run_pipeline(settings)
+    assert run_pipeline(replace(settings, session_retention_days=18, retention_confirm=18)).success
+    assert 0 < ratings() < before
+    assert run_pipeline(replace(settings, session_retention_days=18)).success  # the window now kept
+
+
 @pytest.mark.slow
 def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_ones(lake):
     settings = lake
@@ -178,7 +210,7 @@ def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_on
     kept = [i for i, at in ids_by_age if at >= cutoff and i not in expired]
     assert expired and kept
 
-    assert run_pipeline(replace(settings, session_retention_days=days)).success
+    assert run_pipeline(replace(settings, session_retention_days=days, retention_confirm=days)).success
     blob = bronze_bytes(settings)
     assert not [i for i in expired if i.encode() in blob]
     assert all(i.encode() in blob for i in kept)
@@ -204,7 +236,7 @@ def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_on
 
     # Nothing more expired: the next run rewrites nothing.
     objects = sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*"))
-    assert run_pipeline(replace(settings, session_retention_days=days)).success
+    assert run_pipeline(replace(settings, session_retention_days=days, retention_confirm=days)).success
     assert sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*")) == objects
 
 

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from dagster_project import progress
 from dagster_project.history import HOLDER_TAG, Pruned, dead_runs, holder_tags, prune_runs, report_dead
-from dagster_project.settings import PROJECT_ROOT, Settings
+from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
 from dagster_project.state import shared_state, state_connection, writer_lock
 
@@ -211,13 +211,28 @@ def run_config(full_refresh: bool, *, verbose: bool = False, nodes: set[str] | N
 
 
 def source_warnings(settings: Settings) -> list[str]:
-    """One line per enabled source whose globs match no file (its tables will stay empty)."""
-    from dagster_project.engine.discovery import claims_any
+    """One line per enabled source whose globs match no file (its tables will stay empty).
+    Raises ``SettingsError`` when two sources claim one file: each read it, so its lines were
+    counted twice and loaded or quarantined by both (a glob widened by mistake); and undoing it
+    later (``quarantine replay``) left the file "missing" for one of them. Listing every
+    source's files costs ~10 ms on the 1M bench lake's 3,938 files."""
+    from dagster_project.engine.discovery import listing
     from dagster_project.sources import load_sources
 
-    return [f"source {name}: no files match {', '.join(spec.globs)} under {settings.raw_dir}"
-            for name, spec in load_sources(settings.sources_file).items()
-            if not claims_any(spec, settings.raw_dir)]
+    warnings, owner, twice = [], {}, []
+    for name, spec in load_sources(settings.sources_file).items():
+        files = [path for path, _ in listing(spec, settings.raw_dir)]
+        if not files:
+            warnings.append(f"source {name}: no files match {', '.join(spec.globs)} under {settings.raw_dir}")
+        for path in files:
+            if owner.setdefault(path, name) != name:
+                twice.append((owner[path], name, path))
+    if twice:
+        first, second, path = twice[0]
+        raise SettingsError([f"sources {first} and {second} both claim {path}"
+                             f"{f' (and {len(twice) - 1} more files)' if len(twice) > 1 else ''}: a file is read "
+                             f"by one source; narrow their globs in {settings.sources_file or 'FLYWHEEL_SOURCES'}"])
+    return warnings
 
 
 def preflight(settings: Settings) -> list[str]:

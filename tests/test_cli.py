@@ -174,6 +174,12 @@ def test_wrong_settings_are_refused_before_anything_is_touched(ran, tmp_path, mo
         bad.write_text(f"sources:\n  {text}\n")
         result = invoke("run", "--quiet")
         assert result.exit_code == 2 and result.output.splitlines()[1:] == [f"error: FLYWHEEL_SOURCES: {bad}: {message}"]
+    # two sources claiming one file (a glob widened by mistake) each read it: its lines counted twice
+    bad.write_text("sources:\n  legacy_log: {globs: ['interactions/*.jsonl']}\n")
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 2 and result.output.splitlines()[1:] == [
+        "error: sources interactions and legacy_log both claim interactions/interactions_2026-02-26_5b0c2f7e.jsonl "
+        f"(and 1 more files): a file is read by one source; narrow their globs in {bad}"]
     # a missing raw root is refused (no file is marked missing)
     monkeypatch.delenv("FLYWHEEL_SOURCES")
     monkeypatch.setenv("FLYWHEEL_RAW_DIR", str(tmp_path / "gone"))

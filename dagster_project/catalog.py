@@ -32,6 +32,8 @@ TABLES: dict[str, str] = {
                             "(engine/known.py), so a run need not reread bronze's whole manifest.",
     "lineage.bronze_known_through": "Private: per source, the bronze entry lineage.bronze_known is complete through "
                                     "(another than ingest.bronze_applied's: the next run rebuilds it from bronze).",
+    "lineage.source_declarations": "Private: per source, a fingerprint of the declaration its raw table was read "
+                                   "with (not its globs); another one replays the source from bronze.",
     "lineage.raw_tombstones": "Private: raw rows a SQLite delete flagged since staging last looked (they keep "
                               "their observed_seq), consumed by the next staging build.",
     "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
@@ -182,6 +184,8 @@ TABLE_COLUMNS: dict[str, str] = {
         "built_at": "When (UTC)."}.items()},
     "lineage.bronze_known.state": "The file's state as JSON (bronze Entry.state: watermark, size, mtime, inode, ctime...).",
     "lineage.bronze_known.seq": "The bronze entry the state is from (for tracing; the cache is read by path).",
+    "lineage.source_declarations.fingerprint": "sha256 of the source's declaration but its globs and description "
+                                               "(engine.declaration_key).",
     **{f"lineage.raw_tombstones.{c}": d for c, d in {
         "source": "The source.", "seq": "The bronze entry (a SQLite delete) that flagged the row.",
         "path": "The SQLite file.", "line_number": "The deleted row's key (raw line_number)."}.items()},

@@ -116,6 +116,30 @@ def test_naive_timestamps_read_in_the_configured_time_zone(settings, tmp_path):
         ("2025-12-10 13:27:37.929481+00", "2025-12-10 12:27:37.929+00")]
 
 
+def test_a_time_zone_set_later_reads_every_row_again_in_it(settings, tmp_path):
+    """A time zone set in the sources file after rows were read applied only to new lines: one
+    snapshot held the same local time as two instants, until a --full-refresh. A source declared
+    otherwise than raw was read with is replayed from bronze."""
+    from dataclasses import replace
+
+    logs = settings.raw_dir / "interactions"
+    write_lines(logs / "interactions_2026-07-01_dddddddd.jsonl", [dumps(interaction(1, timestamp="2026-07-01T12:00:00"))])
+    con, _ = ingest(settings, sources=["interactions"])
+    assert rows(con, "select timestamp::varchar from staging.interactions") == [("2026-07-01 12:00:00+00",)]
+    con.close()
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources:\n  interactions:\n    time_zone: Europe/Oslo\n")
+    write_lines(logs / "interactions_2026-07-01_dddddddd.jsonl", [dumps(interaction(2, timestamp="2026-07-01T12:00:00"))],
+                mode="ab")
+    con, _ = ingest(replace(settings, sources_file=sources), "run-2", sources=["interactions"])
+    assert rows(con, "select id, timestamp::varchar from staging.interactions order by id") == [
+        (interaction(1)["id"], "2026-07-01 10:00:00+00"), (interaction(2)["id"], "2026-07-01 10:00:00+00")]
+    assert rows(con, "select lines_read, rows_loaded from ingest.files") == [(2, 2)]
+    con.close()
+    con, reports = ingest(replace(settings, sources_file=sources), "run-3", sources=["interactions"])
+    assert reports["interactions"].replayed_entries == 0  # declared as read: not replayed again
+
+
 def test_partial_last_line_is_deferred_then_loaded_when_completed(settings):
     path = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
     first = dumps({"record_id": "r1", "feedback": "positive", "was_edited": False,

@@ -19,7 +19,7 @@ from dagster_project.expectations import FUTURE_SLACK
 from dagster_project.metadata import count, markdown_table, preview
 from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
-from dagster_project.sources import builtin_sources
+from dagster_project.sources import builtin_sources, load_sources
 from dagster_project.state import WRITER_TAGS, record_run
 from dagster_project.tables import baseline_covers, gx_check_results, gx_checks, reused_metadata
 from dagster_project.validation import apply_drops
@@ -58,7 +58,8 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 # back with it; and a lake that never had its raw table failed every staging run)
                 context.log.warning(f"source {spec.name}: disabled in {settings.sources_file}: its files are not "
                                     "read; its rows are kept")
-                Ingestor(con, spec, settings, context.run_id, progress=reporter(context)).run(
+                declared = load_sources(settings.sources_file, disabled=True)[spec.name]  # its time zone
+                Ingestor(con, declared, settings, context.run_id, progress=reporter(context)).run(
                     full_refresh=config.full_refresh, read_files=False)
                 return dg.MaterializeResult(metadata={"disabled": True},
                                             check_results=[accounting_result(con, spec.name)])

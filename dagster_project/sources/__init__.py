@@ -50,8 +50,8 @@ ORDER = {name: i for i, name in enumerate([
 
 def load_sources(sources_file: Path | None = None, *, disabled: bool = False) -> dict[str, SourceSpec]:
     """The registry with the sources YAML applied; errors name the file and the key.
-    ``disabled``: keep the sources it disables, as declared (erasure and retention reach what the
-    lake holds of them)."""
+    ``disabled``: keep the sources it disables, with their other settings (erasure and retention
+    reach what the lake holds of them, read as it was)."""
     specs = builtin_sources()
     if sources_file is None:
         return specs
@@ -80,9 +80,8 @@ def load_sources(sources_file: Path | None = None, *, disabled: bool = False) ->
         if not isinstance(override.get("enabled", True), bool):
             raise SourcesConfigError(f"{sources_file}: sources.{name}.enabled: expected true or false, "
                                      f"got {override['enabled']!r}")
-        if override.get("enabled") is False:
-            if not disabled:
-                del specs[name]
+        if override.get("enabled") is False and not disabled:
+            del specs[name]
             continue
         changes = {}
         if "globs" in override:

@@ -110,3 +110,12 @@ create table if not exists lineage.bronze_known_through (
     source varchar primary key,
     seq bigint not null
 );
+
+-- Private: what each source's raw table was read with, as a fingerprint of its declaration
+-- (fields, formats, time zone; not its globs or description). Another one (a time_zone set in
+-- the sources file, a field's type changed) replays the source from bronze: old and new rows
+-- are then read alike (engine.Ingestor.run).
+create table if not exists lineage.source_declarations (
+    source varchar primary key,
+    fingerprint varchar not null
+);

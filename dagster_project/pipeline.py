@@ -235,10 +235,18 @@ def source_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
+SHORT_SEAL_SECONDS = 600
+
+
 def preflight(settings: Settings) -> list[str]:
     """Refuse to start on settings that cannot work (``SettingsError``); return warnings."""
     settings.preflight(need_raw=True)
-    return source_warnings(settings)
+    warnings = source_warnings(settings)
+    if settings.seal_after_seconds < SHORT_SEAL_SECONDS:  # `24` for `24h`: a bare number is seconds
+        warnings.append(f"FLYWHEEL_SEAL_AFTER={settings.seal_after_seconds:g}s: a last line a writer is still "
+                        "writing for longer than that is quarantined as unterminated and its rest read as another "
+                        "line, for good (a bare number is seconds: 24h is a day)")
+    return warnings
 
 
 def forget_files(settings: Settings, paths: list[tuple[str, str]]) -> None:

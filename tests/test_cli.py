@@ -267,6 +267,17 @@ def test_a_source_disabled_before_it_ever_ran_does_not_block_the_run(env, monkey
     assert f"source signals: disabled in {sources}: its files are not read; its rows are kept" in result.output
 
 
+def test_a_seal_period_of_seconds_is_warned_about(env, monkeypatch):
+    """``FLYWHEEL_SEAL_AFTER=24`` (meant as hours) seals a line still being written after 24 s: it
+    is quarantined as unterminated and its rest read as another line, for good."""
+    monkeypatch.setenv("FLYWHEEL_SEAL_AFTER", "24")
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 0
+    assert ("warning FLYWHEEL_SEAL_AFTER=24s: a last line a writer is still writing for longer than that is "
+            "quarantined as unterminated and its rest read as another line, for good (a bare number is seconds: "
+            "24h is a day)") in result.output
+
+
 def test_a_file_gone_is_said_by_the_run_that_publishes_nothing_for_it(env):
     """A vanished file changes no row, so its run publishes nothing: the run's events, read from
     the published warehouse, were not printed at all."""

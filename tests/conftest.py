@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -80,6 +81,21 @@ def settings(tmp_path):
         # not expire them (tests/test_privacy.py tests the window).
         "FLYWHEEL_SESSION_RETENTION_DAYS": "3650",
     })
+
+
+@contextmanager
+def held_open(path, read_only: bool = False):
+    """Another process holding a DuckDB connection to ``path`` (an analyst's, a notebook's) while
+    the block runs: DuckDB then refuses any other process a writer, or any reader if it writes."""
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(path)!r}, "
+                               f"read_only={read_only}); print('ready', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def run_dying(settings, patch: str, run_id: str = "crashed", sources=("interactions",),

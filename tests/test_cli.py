@@ -14,7 +14,7 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from conftest import PROJECT, dumps, interaction, write_lines
+from conftest import PROJECT, dumps, held_open, interaction, write_lines
 from dagster_project.cli import app
 from dagster_project.settings import Settings
 
@@ -215,15 +215,8 @@ def test_a_warehouse_path_that_is_a_directory_fails_first(env, monkeypatch, tmp_
 
 
 def test_a_warehouse_locked_by_another_process_is_one_line(ran, tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(ran.state_db)!r}); "
-                               "print('ready', flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with held_open(ran.state_db):
         result = invoke("run", "--quiet")
-    finally:
-        holder.kill()
-        holder.wait()
     assert result.exit_code == 1
     [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert line.startswith(f"error: {ran.state_db}: ") and "another process" in line
@@ -238,16 +231,9 @@ def test_a_warehouse_an_analyst_opened_read_write_fails_status_in_one_line_not_t
 
     assert invoke("run", "--quiet").exit_code == 0  # whatever earlier tests left is published
     path = os.path.realpath(ran.warehouse)
-    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({path!r}); "
-                               "print('ready', flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with held_open(path):
         run = invoke("run", "--quiet")
         status = invoke("status")
-    finally:
-        holder.kill()
-        holder.wait()
     assert run.exit_code == 0 and "succeeded" in run.output and "Nothing changed" in run.output, run.output
     assert status.exit_code == 1
     for result in (run, status):

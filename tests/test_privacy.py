@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from conftest import held_open
 from dagster_project.engine.accounting import check_accounting
 from dagster_project.pipeline import run_pipeline
 from dagster_project.publishing.snapshot import _versions, snapshots_dir, verify_snapshot
@@ -312,15 +313,8 @@ def test_a_forget_its_run_would_refuse_erases_nothing_and_one_stopped_half_way_i
     assert SESSION.encode() in bronze_bytes(settings)
     settings.raw_dir.with_name("raw.away").rename(settings.raw_dir)
 
-    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(settings.state_db)!r}, "
-                               "read_only=True); print('ready', flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with held_open(settings.state_db, read_only=True):
         stopped = cli(settings, "forget", "--session", SESSION)
-    finally:
-        holder.kill()
-        holder.wait()
     [line] = (stopped.stdout + stopped.stderr).strip().splitlines()
     assert stopped.returncode == 1 and line.startswith(f"error: {settings.state_db}: another process holds it (")
     assert line.endswith("close that connection and run `flywheel forget --session ...` again with the same id to "

@@ -209,14 +209,13 @@ class Settings:
             problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir}: {problem}; choose a writable directory, "
                             f"e.g. FLYWHEEL_EXPORT_DIR={Path.home() / 'flywheel' / 'exports'}")
         raw = self.raw_dir.resolve()
-        for name, inside in (("FLYWHEEL_WAREHOUSE", self.state_dir), ("FLYWHEEL_EXPORT_DIR", self.export_dir)):
+        for name, value, inside, example in (("FLYWHEEL_WAREHOUSE", self.warehouse, self.state_dir, "warehouse.duckdb"),
+                                             ("FLYWHEEL_EXPORT_DIR", self.export_dir, self.export_dir, "exports")):
             if self.raw_dir.is_dir() and inside.resolve().is_relative_to(raw):
                 # a source's glob (``**/*.jsonl``) then reads the lake's own bronze and exports:
                 # every run quarantined some of them and published again
-                problems.append(f"{name}={getattr(self, 'warehouse' if name == 'FLYWHEEL_WAREHOUSE' else 'export_dir')} "
-                                f"is inside FLYWHEEL_RAW_DIR={self.raw_dir}: the lake would read its own files; "
-                                "put it beside the raw root, e.g. "
-                                f"{name}={raw.parent / ('warehouse.duckdb' if name == 'FLYWHEEL_WAREHOUSE' else 'exports')}")
+                problems.append(f"{name}={value} is inside FLYWHEEL_RAW_DIR={self.raw_dir}: the lake would read its "
+                                f"own files; put it beside the raw root, e.g. {name}={raw.parent / example}")
         today = datetime.now(timezone.utc).date()
         if self.as_of is not None and (self.as_of - today).days > 1:  # (a day's slack: time zones)
             # retention erases from the lake (bronze) what is older than its window as of the run

@@ -383,21 +383,18 @@ def _first_line(message: str) -> str:
     return f"{lines[0].split(':')[0]}: {failed}" if failed else (lines[0] if lines else "")
 
 
-def sweep_dead_runs(dagster: dg.DagsterInstance, settings: Settings, exclude: str | None = None) -> None:
-    """Once this run holds the writer lock: the pipeline's runs whose process is gone are failed,
-    in Dagster (they queued every later run) and in ``ingest.runs`` (``history.dead_runs``)."""
-    from dagster_project.state import record_run, save_recent_runs
-
+def sweep_dead_runs(dagster: dg.DagsterInstance, settings: Settings, exclude: str | None = None,
+                    wait_seconds: float = 600) -> list[dg.DagsterRun]:
+    """The pipeline's runs whose process is gone (``history.dead_runs``), failed in Dagster (they
+    queued every later run) and in ``ingest.runs``; returns them. Called by a run once it holds
+    the writer lock and by the ``flywheel_dead_runs`` sensor (``wait_seconds``: how long
+    ``mark_failed`` waits for the lock)."""
     dead = dead_runs(dagster, exclude)
-    if not dead:
-        return
     report_dead(dagster, dead)
-    with state_connection(settings) as con:
-        for run in dead:
-            if con.execute("select count(*) from ingest.runs where run_id = ?", [run.run_id]).fetchone()[0]:
-                record_run(con, run.run_id, mode=run.tags.get("flywheel/mode", "incremental"), status="failed",
-                           error=f"killed while it ran (its process {run.tags[HOLDER_TAG]} is gone)")
-        save_recent_runs(con, settings)
+    for run in dead:
+        mark_failed(settings, run.run_id, f"killed while it ran (its process {run.tags[HOLDER_TAG]} is gone)",
+                    mode=run.tags.get("flywheel/mode", "incremental"), wait_seconds=wait_seconds)
+    return dead
 
 
 def prune_history(dagster: dg.DagsterInstance, keep: int) -> tuple[Pruned | None, str | None]:

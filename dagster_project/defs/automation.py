@@ -151,16 +151,11 @@ def fail_dead_runs(context: dg.SensorEvaluationContext, flywheel: FlywheelResour
     # The next run to hold the writer lock does this too (``pipeline.sweep_dead_runs``), but a
     # scheduled or sensor run never starts while the dead one holds the one-run limit: only the
     # daemon, evaluating this on the same host, can free the queue by itself.
-    from dagster_project.history import HOLDER_TAG, dead_runs, report_dead
-    from dagster_project.pipeline import mark_failed
+    from dagster_project.pipeline import sweep_dead_runs
 
-    dead = dead_runs(context.instance)
+    dead = sweep_dead_runs(context.instance, flywheel.settings(), wait_seconds=30)
     if not dead:
         return dg.SkipReason("no run of the pipeline whose process is gone")
-    report_dead(context.instance, dead)
-    for run in dead:
-        mark_failed(flywheel.settings(), run.run_id, f"killed while it ran (its process {run.tags[HOLDER_TAG]} is gone)",
-                    mode=run.tags.get("flywheel/mode", "incremental"), wait_seconds=30)
     return dg.SkipReason(f"failed {len(dead)} run(s) whose process is gone: {', '.join(r.run_id[:8] for r in dead)}")
 
 

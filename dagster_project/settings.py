@@ -267,13 +267,11 @@ class Settings:
     def _record_retention_window(self) -> None:
         import json
 
-        if self._recorded_retention_window() == self.session_retention_days:
-            return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        path = self.state_dir / self.RETENTION_WINDOW
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"session_retention_days": self.session_retention_days}), encoding="utf-8")
-        os.replace(tmp, path)
+        from dagster_project.engine.bronze import _atomic_write
+
+        if self._recorded_retention_window() != self.session_retention_days:
+            _atomic_write(self.state_dir / self.RETENTION_WINDOW,
+                          json.dumps({"session_retention_days": self.session_retention_days}).encode("utf-8"))
 
 
 def _unwritable(directory: Path) -> str | None:

@@ -346,9 +346,11 @@ def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: i
     published)."""
     import json
 
+    from dagster_project.engine.bronze import _atomic_write
+    from transforms.sqlfiles import table_columns
+
     try:
-        present = {c for (c,) in con.execute("select column_name from duckdb_columns() "
-                                             "where schema_name = 'ingest' and table_name = 'runs'").fetchall()}
+        present = table_columns(con, "ingest.runs") or {}
         columns = ", ".join(c if c in present else f"null as {c}" for c in RUN_FIELDS)
         rows = con.execute(f"select {columns} from ingest.runs order by started_at desc limit ?", [keep]).fetchall()
         runs = [{k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in zip(RUN_FIELDS, row)} for row in rows]
@@ -364,10 +366,7 @@ def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: i
             totals[run_id] = n
         for run in runs:
             run["events"], run["events_total"] = events.get(run["run_id"], []), totals.get(run["run_id"], 0)
-        path = settings.state_dir / RECENT_RUNS
-        tmp = path.with_name(f".{path.name}.tmp")  # one writer at a time: the writer lock
-        tmp.write_text(json.dumps(runs, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        _atomic_write(settings.state_dir / RECENT_RUNS, json.dumps(runs, indent=1).encode("utf-8"))
     except (OSError, duckdb.Error) as exc:
         return f"{settings.state_dir / RECENT_RUNS} not written ({exc}): `flywheel status` lists runs up to the last publish"
     return None

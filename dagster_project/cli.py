@@ -46,6 +46,12 @@ def fail(lines: list[str] | str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _said(exc: BaseException) -> str:
+    """An exception's first line (DuckDB's carry hints and context after it), else its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _settings() -> Settings:
     try:
         return Settings.from_env()
@@ -80,16 +86,14 @@ def _run(settings: Settings, **kwargs):
     except WarehouseBusy as exc:
         fail(str(exc), 1)
     except duckdb.IOException as exc:
-        first = str(exc).strip().splitlines()[0]
-        fail(f"{settings.state_db}: cannot open the state database, another process holds it ({first}); "
+        fail(f"{settings.state_db}: cannot open the state database, another process holds it ({_said(exc)}); "
              "close that connection and run again", 1)
     except (duckdb.Error, OSError) as exc:  # outside any step (a full disk, a lost mount): one line
         if VERBOSE["on"]:
             import traceback
 
             traceback.print_exc()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        fail(f"the run stopped: {first}; `flywheel status` shows what is published (-v: the traceback)", 1)
+        fail(f"the run stopped: {_said(exc)}; `flywheel status` shows what is published (-v: the traceback)", 1)
 
 
 def _print_pruned(result, settings: Settings) -> None:
@@ -137,7 +141,7 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
     try:
         con = duckdb.connect(path, read_only=True)
     except duckdb.IOException as exc:
-        first = str(exc).strip().splitlines()[0]
+        first = _said(exc)
         if "lock" not in first:  # (a file that cannot be read: DuckDB's own words)
             fail(f"{path}: cannot open the published warehouse: {first}", 1)
         # another process opened it read-write (DuckDB's default)
@@ -212,7 +216,7 @@ def forget(
     except WarehouseBusy as exc:  # a run holds the writer lock
         fail(f"{exc}; then {retry}", 1)
     except duckdb.IOException as exc:  # another process's connection to the state database
-        fail(f"{settings.state_db}: another process holds it ({str(exc).strip().splitlines()[0]}); "
+        fail(f"{settings.state_db}: another process holds it ({_said(exc)}); "
              f"close that connection and {retry}", 1)
     console.print(done.summary(), highlight=False, soft_wrap=True)
 

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 # Dagster and Great Expectations must never phone home (the pipeline runs without network).
-export DAGSTER_HOME := $(CURDIR)/.dagster_home
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_DISABLE_TELEMETRY := yes
 export GX_ANALYTICS_ENABLED := false
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
-# The bundled sample lake's newest record is from 2026-04-02: `make run` runs it as of the next
+# The bundled sample lake ends on 2026-04-03 (its last retrieval events): `make run` runs it as of that
 # day, so the 180-day rating retention and the 30-day signal decay leave every mart populated
 # whatever today's date. Only when neither FLYWHEEL_AS_OF nor FLYWHEEL_RAW_DIR is set.
 SAMPLE_AS_OF := 2026-04-03

@@ -259,7 +259,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.validations.action": "What a failure does: warn (reported), drop (rows excluded into ingest.excluded), "
                                  "fail (blocks the run).",
     "ingest.runs.snapshot": "Snapshot version this run published, or the current one when nothing changed.",
-    "ingest.runs.snapshot_status": "published | unchanged | not published.",
+    "ingest.runs.snapshot_status": "published | unchanged | not published (the publish itself failed); null for a "
+                                   "run that failed before publishing.",
     "ingest.files.generation": "How many times the lake started reading this path from byte 0 (rewritten, "
                                "shrunk, reappeared); earlier generations' rows are kept.",
     # ingest.files

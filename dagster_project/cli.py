@@ -153,7 +153,7 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
 
 @app.command()
 def run(
-    full_refresh: Annotated[bool, typer.Option("--full-refresh", help="Forget all watermarks and rebuild from every raw file.")] = False,
+    full_refresh: Annotated[bool, typer.Option("--full-refresh", help="Rebuild raw, staging and accounting from the lake's bronze record, then read what is new.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Publish a dataset that became empty (FLYWHEEL_ALLOW_EMPTY=1).")] = False,
 ) -> None:

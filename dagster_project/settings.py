@@ -86,6 +86,8 @@ class Settings:
     session_retention_days: int = 180
     # the shorter window a run may apply (FLYWHEEL_RETENTION_CONFIRM: ``_retention_window_problem``)
     retention_confirm: int | None = None
+    # the raw root a run may read instead of the recorded one (FLYWHEEL_RAW_DIR_CONFIRM: ``_raw_root_problem``)
+    raw_dir_confirm: Path | None = None
     keep_snapshots: int = 5  # published snapshots kept readable (time travel)
     keep_runs: int = 200  # finished runs whose Dagster history is kept (0: all; ``history``)
     allow_empty: bool = False  # publish an empty dataset over a non-empty one
@@ -171,6 +173,7 @@ class Settings:
                                          check=lambda v: v > 0, rule="a positive number of days"),
             retention_confirm=parse("FLYWHEEL_RETENTION_CONFIRM", None, int, "30", check=lambda v: v > 0,
                                     rule="the new, shorter FLYWHEEL_SESSION_RETENTION_DAYS"),
+            raw_dir_confirm=path("FLYWHEEL_RAW_DIR_CONFIRM") if env.get("FLYWHEEL_RAW_DIR_CONFIRM") else None,
             keep_snapshots=parse("FLYWHEEL_KEEP_SNAPSHOTS", 5, int, "5", check=lambda v: v > 0,
                                  rule="a positive number of snapshots"),
             keep_runs=parse("FLYWHEEL_KEEP_RUNS", 200, int, "200", check=lambda v: v >= 0,
@@ -235,22 +238,60 @@ class Settings:
         if not problems:
             from dagster_project.privacy import erasure_key_problem
 
-            if problem := erasure_key_problem(self) or self._retention_window_problem():
-                problems.append(problem)
+            problems += [problem for problem in (erasure_key_problem(self), self._retention_window_problem(),
+                                                 need_raw and self._raw_root_problem()) if problem]
         if problems:
             raise SettingsError(problems)
-        self._record_retention_window()
+        self._record(self.RETENTION_WINDOW, "session_retention_days", self.session_retention_days)
+        if need_raw:
+            self._record(self.RAW_ROOT, "raw_root", str(self.raw_dir.resolve()))
 
-    RETENTION_WINDOW = "retention_window.json"  # under the state dir: the window runs last applied
+    # under the state dir, what the runs of this lake last applied: the retention window, the raw root
+    RETENTION_WINDOW = "retention_window.json"
+    RAW_ROOT = "raw_root.json"
 
-    def _recorded_retention_window(self) -> int | None:
+    def _recorded(self, name: str, key: str):
         import json
 
         try:
-            return int(json.loads((self.state_dir / self.RETENTION_WINDOW).read_text(encoding="utf-8"))
-                       ["session_retention_days"])
+            return json.loads((self.state_dir / name).read_text(encoding="utf-8"))[key]
         except (OSError, ValueError, TypeError, KeyError):
             return None
+
+    def _record(self, name: str, key: str, value) -> None:
+        import json
+
+        from dagster_project.engine.bronze import _atomic_write
+
+        if self._recorded(name, key) != value:
+            _atomic_write(self.state_dir / name, json.dumps({key: value}).encode("utf-8"))
+
+    def _recorded_retention_window(self) -> int | None:
+        try:
+            return int(self._recorded(self.RETENTION_WINDOW, "session_retention_days"))
+        except (ValueError, TypeError):
+            return None
+
+    def _raw_root_problem(self) -> str | None:
+        """Files are known by their path under the raw root, so a mistyped root holding another
+        lake's files under the same names (``outcomes/2026-02-05_outcomes.jsonl``) read as this
+        lake's files rewritten: their lines were merged into bronze, for good. A root other than
+        the one the lake was read from (the same directory by another path is the same) is read
+        only when confirmed: a lake that moved."""
+        kept = self._recorded(self.RAW_ROOT, "raw_root")
+        root = self.raw_dir.resolve()
+        if not isinstance(kept, str) or Path(kept) == root or not self.raw_dir.is_dir():
+            return None
+        try:
+            if os.path.samefile(kept, root):
+                return None
+        except OSError:  # the recorded root is gone: the lake may have moved
+            pass
+        if self.raw_dir_confirm is not None and self.raw_dir_confirm.resolve() == root:
+            return None
+        return (f"FLYWHEEL_RAW_DIR={self.raw_dir} is not the raw root this lake was read from ({kept}, recorded in "
+                f"{self.state_dir / self.RAW_ROOT}): its files would be taken for that lake's files under the same "
+                f"names and merged into it for good; if the lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={root}")
 
     def _retention_window_problem(self) -> str | None:
         """A window shorter than the one the lake keeps erases from bronze, for good, what lies
@@ -263,15 +304,6 @@ class Settings:
         return (f"FLYWHEEL_SESSION_RETENTION_DAYS={days} is shorter than the {kept} days the lake keeps: the run "
                 f"would erase from it, for good, the session ratings {days} to {kept} days old; if that is meant, "
                 f"run once with FLYWHEEL_RETENTION_CONFIRM={days}")
-
-    def _record_retention_window(self) -> None:
-        import json
-
-        from dagster_project.engine.bronze import _atomic_write
-
-        if self._recorded_retention_window() != self.session_retention_days:
-            _atomic_write(self.state_dir / self.RETENTION_WINDOW,
-                          json.dumps({"session_retention_days": self.session_retention_days}).encode("utf-8"))
 
 
 def _unwritable(directory: Path) -> str | None:

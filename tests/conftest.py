@@ -182,8 +182,11 @@ def copy_run(settings, dest: Path, *, link_raw: bool = False):
         return os.link(src, dst) if link_raw and os.path.abspath(src).startswith(raw) else shutil.copy2(src, dst)
 
     shutil.copytree(root, dest / "run", symlinks=True, copy_function=copy)
-    return replace(settings, **{name: dest / "run" / getattr(settings, name).relative_to(root)
-                                for name in ("raw_dir", "warehouse", "export_dir")})
+    copied = replace(settings, **{name: dest / "run" / getattr(settings, name).relative_to(root)
+                                  for name in ("raw_dir", "warehouse", "export_dir")})
+    # the copy's lake is its own raw root (the original's is recorded: a run would refuse another)
+    (copied.state_dir / settings.RAW_ROOT).unlink(missing_ok=True)
+    return copied
 
 
 @pytest.fixture

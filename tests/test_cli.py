@@ -135,6 +135,7 @@ def test_replay_is_recorded_as_replay_and_counts_nothing_twice(first_run, tmp_pa
     settings, _ = first_run
     shutil.copytree(settings.warehouse.parent, tmp_path / "lake", symlinks=True)
     env = use(make_lake(tmp_path / "lake"), monkeypatch)  # same files, same bytes, in the copy
+    monkeypatch.setenv("FLYWHEEL_RAW_DIR_CONFIRM", str(env.raw_dir))  # a lake that moved
     con = duckdb.connect(str(env.warehouse), read_only=True)
     before = con.execute("select sum(lines_read), sum(rows_loaded), sum(rows_quarantined) from ingest.files").fetchall()
     con.close()
@@ -375,3 +376,17 @@ def test_a_run_imports_the_pipeline_uncollected_once_and_exits_clean():
         assert gc.isenabled(), "the collector was left off"
     """)
     assert raised.returncode == 0, raised.stderr
+
+
+def test_a_generated_pseudonym_key_is_warned_about_once(env):
+    """Without FLYWHEEL_PSEUDONYM_KEY a key is generated beside the warehouse, and the run says
+    so (pseudonyms change with the key). Ingesting a session store (its retention pseudonymises)
+    created the key silently first, so no run ever warned."""
+    shutil.copytree(PROJECT / "data" / "raw" / "sessions", env.raw_dir / "sessions")
+    warned = "FLYWHEEL_PSEUDONYM_KEY is not set: generated a key in"
+    first = invoke("run")
+    assert first.exit_code == 0, first.output
+    assert len([line for line in first.output.splitlines() if warned in line]) == 1, first.output
+    assert env.pseudonym_key_file.is_file()
+    again = invoke("run")
+    assert again.exit_code == 0 and warned not in again.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -157,3 +158,45 @@ def test_pyarrows_allocator_commits_memory_as_it_is_touched_unless_the_environme
     env = {k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")}
     assert "option 'arena_eager_commit': 0" in _allocator_options(env)
     assert "option 'arena_eager_commit': 1" in _allocator_options({**env, "MIMALLOC_ARENA_EAGER_COMMIT": "1"})
+
+
+def test_a_raw_root_other_than_the_lakes_is_read_only_when_confirmed(settings, tmp_path):
+    """Files are known by their path under the raw root: a mistyped FLYWHEEL_RAW_DIR naming
+    another lake with the same file names read its files as this lake's files rewritten, and
+    merged their lines into bronze for good. Another root is refused in one line until confirmed
+    (a lake that moved); the same directory by another path (a symlink) is the same root."""
+    import duckdb
+
+    from conftest import dumps, interaction, write_lines
+    from dagster_project.pipeline import run_pipeline
+
+    name = "interactions/interactions_2026-02-26.jsonl"
+    write_lines(settings.raw_dir / name, [dumps(interaction(i)) for i in (1, 2)])
+    write_lines(tmp_path / "other" / name, [dumps(interaction(i)) for i in (7, 8, 9)])
+    settings = replace(settings, pseudonym_key="test-key")
+    assert run_pipeline(settings).success
+
+    def ids() -> list[str]:
+        con = duckdb.connect(str(settings.state_db), read_only=True)
+        try:
+            return [r[0][-1] for r in con.execute("select id from raw.interactions order by id").fetchall()]
+        finally:
+            con.close()
+
+    with pytest.raises(SettingsError) as refused:
+        run_pipeline(replace(settings, raw_dir=tmp_path / "other"))
+    assert refused.value.problems == [
+        f"FLYWHEEL_RAW_DIR={tmp_path / 'other'} is not the raw root this lake was read from ({settings.raw_dir}, "
+        f"recorded in {settings.state_dir / 'raw_root.json'}): its files would be taken for that lake's files under "
+        f"the same names and merged into it for good; if the lake moved, run once with "
+        f"FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
+    assert ids() == ["1", "2"]
+    (tmp_path / "link").symlink_to(settings.raw_dir)
+    assert run_pipeline(replace(settings, raw_dir=tmp_path / "link")).success  # the same directory
+    # the lake moves: refused until confirmed, then read as the same files (nothing twice)
+    moved = settings.raw_dir.rename(tmp_path / "moved")
+    with pytest.raises(SettingsError):
+        run_pipeline(replace(settings, raw_dir=moved))
+    assert run_pipeline(replace(settings, raw_dir=moved, raw_dir_confirm=moved)).success
+    assert run_pipeline(replace(settings, raw_dir=moved)).success  # the new root is now the lake's
+    assert ids() == ["1", "2"]

@@ -31,6 +31,9 @@ daily_schedule = dg.ScheduleDefinition(
     cron_schedule="0 3 * * *",
     execution_timezone="UTC",
     description="The whole pipeline every day at 03:00 UTC (picks up anything the sensor missed).",
+    # off until turned on (UI, `dg`): a daemon (`make ui`) would otherwise run the sample lake as
+    # of today, and retention would erase its ratings, older than 180 days, from the lake for good
+    default_status=dg.DefaultScheduleStatus.STOPPED,
 )
 
 

@@ -50,6 +50,9 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     def _ingest(context: dg.AssetExecutionContext, config: IngestConfig,
                 flywheel: FlywheelResource) -> dg.MaterializeResult:
         settings = flywheel.checked_settings()
+        # an ingest applying retention or an erasure pseudonymises with the key: generated here
+        # when missing, by the first step, so that its warning is shown (privacy creates it silently)
+        flywheel.pseudonym_key(context.log)
         live_spec = flywheel.sources().get(spec.name)
         with flywheel.state() as con:
             if live_spec is None:

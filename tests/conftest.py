@@ -99,10 +99,12 @@ def held_open(path, read_only: bool = False):
 
 
 def run_dying(settings, patch: str, run_id: str = "crashed", sources=("interactions",),
-              env: dict[str, str] | None = None, wrapper: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+              env: dict[str, str] | None = None, wrapper: tuple[str, ...] = (),
+              timeout: float | None = None) -> subprocess.CompletedProcess:
     """Ingest ``sources`` as ``run_id`` in a child process with ``patch`` (Python run after
     importing ``bronze`` and ``engine``) applied first: it may kill -9 the child. ``env``: more
-    settings (``FLYWHEEL_*``); ``wrapper``: a command the child runs under (e.g. ``setpriv …``)."""
+    settings (``FLYWHEEL_*``); ``wrapper``: a command the child runs under (e.g. ``setpriv …``);
+    ``timeout``: seconds after which the child is killed (``subprocess.TimeoutExpired``)."""
     tests = os.path.dirname(os.path.abspath(__file__))
     return subprocess.run([*wrapper, sys.executable, "-c", f"""
 import os, sys
@@ -114,7 +116,7 @@ from dagster_project.settings import Settings
 ingest(Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(settings.raw_dir)!r},
                            "FLYWHEEL_WAREHOUSE": {str(settings.warehouse)!r}, **{dict(env or {})!r}}}), {run_id!r},
        sources={list(sources)!r})
-"""], capture_output=True, text=True)
+"""], capture_output=True, text=True, timeout=timeout)
 
 
 def ingest(settings, run_id: str = "run-1", *, sources=None, full_refresh: bool = False,

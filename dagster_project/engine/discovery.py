@@ -54,7 +54,18 @@ def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | N
         else:
             for real in _glob(pattern, raw_dir):
                 found[resolved.stored(real)] = str(real)
-    return sorted(found.items())
+    return sorted((stored if stored.isascii() else _text(stored), real) for stored, real in found.items())
+
+
+def _text(name: str) -> str:
+    """A stored path as text: bytes of a file name that are not UTF-8 (which Python holds as lone
+    surrogates, and DuckDB refuses: the source's whole ingest failed on every run) as ``\\xff``.
+    The real path still opens the file; only the stored name shows the escape."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 _MAGIC = re.compile(r"[*?[]")
@@ -156,7 +167,7 @@ class _Resolver:
 
 
 def stored_path(real: Path, raw_dir: Path) -> str:
-    return _relative(real.resolve(), raw_dir.resolve())
+    return _text(_relative(real.resolve(), raw_dir.resolve()))
 
 
 def _relative(resolved: Path, root: Path) -> str:

@@ -32,7 +32,7 @@ from dagster_project.engine import known as known_mod
 from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
                                                ensure_schema, reset_source)
 from dagster_project.engine.discovery import SQLITE_SUFFIXES, listing, unlisted_covers
-from dagster_project.engine.readers import FileView, Unit
+from dagster_project.engine.readers import FileView, Unit, open_file
 from dagster_project.engine.readers import json_array, jsonl, sqlite
 from dagster_project.settings import Settings
 from dagster_project import versions
@@ -228,7 +228,7 @@ class Ingestor:
             elif self.spec.format == "jsonl" and jsonl.unchanged(view):
                 units = []  # a jsonl_or_array file is always opened: its first byte picks the reader
             else:
-                with open(real, "rb") as fh:
+                with open_file(real) as fh:
                     if self.spec.format == "jsonl_or_array" \
                             and json_array.first_byte(os.pread(fh.fileno(), 4096, 0)) == b"[":
                         units = json_array.read(view, fh)
@@ -240,11 +240,11 @@ class Ingestor:
             return [Unit("event", event=("unreadable", f"{exc}; earlier rows kept, retried next run"))], "unreadable"
         events = [u.event[0] for u in units if u.event]
         if known is None:
-            kind = "corrupt" if "corrupt" in events else "new"
+            kind = next((e for e in events if e in ("corrupt", "unreadable")), "new")
         elif not units:
             kind = "unchanged"
         else:
-            kind = next((e for e in events if e in ("locked", "corrupt", "shrunk", "rewritten", "recreated",
+            kind = next((e for e in events if e in ("locked", "unreadable", "corrupt", "shrunk", "rewritten", "recreated",
                                                     "reappeared", "new_generation", "sealed")), None) \
                 or ("appended" if any(u.kind in ("span", "rows", "array", "tombstones") for u in units) else "unchanged")
         return units, kind

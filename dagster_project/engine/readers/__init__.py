@@ -8,7 +8,9 @@ and classifies them. The last unit carries the file's new state; no units means 
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,21 @@ class FileView:
     known: dict | None  # the file's state after its last observation, from bronze
     settings: Settings
     now: float  # wall-clock seconds of this run
+
+
+def open_file(real: Path | str):
+    """``open(real, "rb")`` of a regular file (through links), which never waits: a FIFO put where
+    a file was listed made the read wait for a writer for good, the run holding the writer lock.
+    Anything else raises ``OSError``, which the engine reports as ``unreadable``."""
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)", str(real))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def stat_signature(real: Path | int, *, ctime: bool = False) -> dict:

@@ -26,10 +26,11 @@ import re
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterator
+from urllib.parse import quote
 
 import pyarrow as pa
 
-from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
+from dagster_project.engine.readers import FileView, Unit, finish, open_file, stat_signature
 from dagster_project.settings import Settings
 from transforms import arrowcols
 from transforms.classify import q
@@ -43,7 +44,7 @@ RANGE_KEYS = 1 << RANGE_BITS
 
 def signature(view: FileView) -> dict:
     sig = stat_signature(view.real)
-    with open(view.real, "rb") as fh:
+    with open_file(view.real) as fh:
         sig["header_sha"] = hashlib.sha256(fh.read(100)).hexdigest()
     real = view.real.resolve()  # SQLite opens the link's target, and writes its -wal beside it
     wal = real.with_name(real.name + "-wal")
@@ -80,6 +81,13 @@ def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], d
         if "locked" in str(exc) or "busy" in str(exc):
             return [Unit("event", event=("locked", f"{exc} after waiting {LOCK_WAIT_SECONDS:g} s; "
                                                    "earlier rows kept, retried next run"))]
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
+            # not the store but its directory: a store in WAL mode needs its -shm file, which a
+            # directory we may not write refuses (a tool of another user, a read-only mount).
+            # Taken for corrupt, it stayed unread after access came back (its signature unchanged)
+            return [Unit("event", event=("unreadable", f"{exc} (a store in WAL mode is read only where its -shm "
+                                                       "file exists or can be created); earlier rows kept, "
+                                                       "retried next run"))]
         return _corrupt(view, sig, exc)
     except sqlite3.DatabaseError as exc:
         return _corrupt(view, sig, exc)
@@ -142,7 +150,9 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
     """In one read transaction: a checksum per range of ``RANGE_KEYS`` keys, then the rows of the
     ranges whose checksum differs from what the lake holds (all of them on first sight).
     Returns (ranges {str(range): [rows, checksum]}, dirty ranges, their rows, greatest key)."""
-    uri = f"file:{view.real.resolve().as_posix()}?mode=ro"
+    # percent-encoded: a `#`, `?` or `%` in the path ended it early, and SQLite opened (and
+    # created, read-write) the file the rest named, and the store was never read
+    uri = f"file:{quote(os.fsencode(view.real.resolve()))}?mode=ro"
     conn = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT_SECONDS)
     conn.text_factory = bytes  # a TEXT value as its UTF-8 bytes, which need not decode
     conn.create_function("fw_crc", 2, _crc, deterministic=True)

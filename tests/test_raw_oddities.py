@@ -1,0 +1,133 @@
+"""What raw directories look like on users' machines: odd file names, stores in directories we
+may not write, clocks and copies that set mtimes back, a FIFO where a file was. Each is read (or
+reported and retried) like any other file, and never stops the source or the run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from conftest import dumps, ingest, interaction, rows, run_dying, write_lines
+from test_bronze import store
+
+LOGS = "interactions"
+
+
+def test_a_session_store_whose_name_has_uri_characters_is_read(settings):
+    """SQLite opens a store by URI: a `#`, `?` or `%` in the path ended the URI early, so the
+    store was reported corrupt and never read, and SQLite created an empty file at the cut-off
+    name, in the producer's directory."""
+    names = ["a#2.sqlite3", "b%41.sqlite3", "c?x.sqlite3"]
+    for i, name in enumerate(names):
+        store(settings.raw_dir / "sessions" / name, [f"r{i}"]).close()
+    before = sorted(os.listdir(settings.raw_dir / "sessions"))
+    con, reports = ingest(settings, sources=["session_ratings"])
+    assert sorted(f.event for f in reports["session_ratings"].files) == ["new"] * 3
+    assert rows(con, "select path, id from raw.session_ratings order by id") == [
+        (f"sessions/{name}", f"r{i}") for i, name in enumerate(names)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    # nothing created beside them (but the -wal and -shm files SQLite keeps beside a WAL store)
+    assert sorted(n for n in os.listdir(settings.raw_dir / "sessions") if not n.endswith(("-wal", "-shm"))) == before
+
+
+def test_a_file_name_that_is_not_utf8_is_read_under_an_escaped_name(settings):
+    """A name's bytes that are not UTF-8 reached DuckDB as lone surrogates: the source's whole
+    ingest failed (UnicodeEncodeError, no file named) on every run until the file was renamed."""
+    logs = settings.raw_dir / LOGS
+    write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(1))])
+    odd = Path(os.fsdecode(bytes(logs) + b"/interactions_2026-02-26_\xff\xfe.jsonl"))
+    write_lines(odd, [dumps(interaction(2)), dumps(interaction(3))])
+    con, reports = ingest(settings, sources=["interactions"])
+    assert rows(con, "select path, count(*) from raw.interactions group by all order by all") == [
+        ("interactions/interactions_2026-02-26_00000001.jsonl", 1),
+        ("interactions/interactions_2026-02-26_\\xff\\xfe.jsonl", 2)]
+    with odd.open("ab") as fh:  # read on under the same name
+        fh.write((dumps(interaction(4)) + "\n").encode())
+    con, reports = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert {f.path: f.event for f in reports["interactions"].files} == {
+        "interactions/interactions_2026-02-26_00000001.jsonl": "unchanged",
+        "interactions/interactions_2026-02-26_\\xff\\xfe.jsonl": "appended"}
+    assert rows(con, "select count(*) from staging.interactions") == [(4,)]
+
+
+def test_a_wal_store_in_a_directory_we_may_not_write_is_unreadable_then_read(settings):
+    """SQLite reads a store in WAL mode only where its -shm file exists or can be created: in a
+    directory of another user, or on a read-only mount, the open fails. That was taken for a
+    corrupt store, and as the store's signature did not change, it stayed unread after access
+    came back. It is now ``unreadable``, retried each run. (As root, the run that may not write
+    runs without the two capabilities that let root past any mode.)"""
+    base = Path(tempfile.mkdtemp(prefix="flywheel-ro-"))  # not under pytest's 0700 directories
+    try:
+        base.chmod(0o755)
+        from dataclasses import replace
+
+        settings = replace(settings, raw_dir=base / "raw")
+        tool = settings.raw_dir / "sessions"
+        store(tool / "session_feedback.sqlite3", ["r1", "r2"]).close()  # WAL; closed: no -shm left
+        assert sorted(os.listdir(tool)) == ["session_feedback.sqlite3"]
+        tool.chmod(0o555)
+        caps = "-dac_override,-dac_read_search"
+        done = run_dying(settings, "", run_id="run-1", sources=("session_ratings",), wrapper=(
+            ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()))
+        tool.chmod(0o755)
+        assert done.returncode == 0, done.stderr
+        con, reports = ingest(settings, "run-2", sources=["session_ratings"])
+        assert [f.event for f in reports["session_ratings"].files] == ["new"]
+        assert rows(con, "select run_id, event from ingest.file_events") == [("run-1", "unreadable")]
+        assert rows(con, "select id from raw.session_ratings order by 1") == [("r1",), ("r2",)]
+        assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+        con.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_partial_last_line_is_not_sealed_when_the_mtime_is_set_back(settings):
+    """A partial last line is sealed once the lake has seen the file unchanged for
+    FLYWHEEL_SEAL_AFTER. A known file whose mtime was set back (`touch -d`, a copy keeping
+    times) took its mtime as when it changed: the line was sealed at once, quarantined, and its
+    rest, written next, quarantined too: the record lost in two halves."""
+    path = write_lines(settings.raw_dir / LOGS / "interactions_2026-02-26_00000001.jsonl",
+                       [dumps(interaction(1)), dumps(interaction(2))[:30]], newline_at_end=False)
+    con, _ = ingest(settings, sources=["interactions"])
+    assert rows(con, "select rows_loaded, deferred_bytes from ingest.files") == [(1, 30)]
+    old = time.time() - 3 * settings.seal_after_seconds
+    os.utime(path, (old, old))
+    con, _ = ingest(settings, "run-2", sources=["interactions"], con=con)
+    assert rows(con, "select rows_loaded, rows_quarantined, deferred_bytes from ingest.files") == [(1, 0, 30)]
+    with path.open("ab") as fh:  # the writer finishes the line
+        fh.write((dumps(interaction(2))[30:] + "\n").encode())
+    con, _ = ingest(settings, "run-3", sources=["interactions"], con=con)
+    assert rows(con, "select id from staging.interactions order by 1") == [
+        (interaction(1)["id"],), (interaction(2)["id"],)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+
+
+def test_a_fifo_put_where_a_listed_file_was_is_unreadable_and_never_waited_on(settings):
+    """A file replaced by a FIFO between the listing and the read: opening it waited for a writer
+    for good, the run holding the writer lock. It is reported unreadable, the run goes on."""
+    logs = settings.raw_dir / LOGS
+    write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(1))])
+    write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(2))])
+    ingest(settings, sources=["interactions"])[0].close()
+    write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(3))], mode="ab")
+    done = run_dying(settings, """
+from dagster_project.engine import engine as _engine
+_listing = _engine.listing
+def _racing(spec, raw_dir, unlisted=None):
+    found = _listing(spec, raw_dir, unlisted)
+    for _, real in found:
+        if real.endswith("_00000002.jsonl"):
+            os.unlink(real)
+            os.mkfifo(real)
+    return found
+_engine.listing = _racing
+""", run_id="run-2", timeout=60)
+    assert done.returncode == 0, done.stderr
+    con, _ = ingest(settings, "run-3", sources=["interactions"])  # (the FIFO is not listed: missing)
+    assert rows(con, "select run_id, path, event from ingest.file_events order by all") == [
+        ("run-2", "interactions/interactions_2026-02-26_00000002.jsonl", "unreadable"),
+        ("run-3", "interactions/interactions_2026-02-26_00000002.jsonl", "missing")]
+    assert rows(con, "select count(*) from staging.interactions") == [(2,)]

@@ -277,6 +277,7 @@ def environment(settings: Settings) -> Iterator[None]:
         "FLYWHEEL_SESSION_RETENTION_DAYS": str(settings.session_retention_days),
         "FLYWHEEL_RETENTION_CONFIRM": str(settings.retention_confirm) if settings.retention_confirm else None,
         "FLYWHEEL_RAW_DIR_CONFIRM": str(settings.raw_dir_confirm) if settings.raw_dir_confirm else None,
+        "FLYWHEEL_LEGACY_REBUILD": "1" if settings.legacy_rebuild else None,
         "FLYWHEEL_KEEP_SNAPSHOTS": str(settings.keep_snapshots),
         "FLYWHEEL_KEEP_RUNS": str(settings.keep_runs),
         "FLYWHEEL_ALLOW_EMPTY": "1" if settings.allow_empty else None,

@@ -583,8 +583,39 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
                 fsync_dir(manifest_path.parent)
             known |= manifest_objects(manifest)
         collect_objects(snaps, known)  # the old files no snapshot names any more
+        for legacy in sorted(snaps.glob(".legacy-*")):
+            # an older layout's exports, moved aside by the first snapshot (``ensure_links``): no
+            # manifest, plain files (their ``.versions`` copies included), scrubbed where they lie
+            n = _scrub_legacy(con, legacy, condition)
+            removed += n
+            touched += bool(n)
     con.close()
     return removed, touched
+
+
+def _scrub_legacy(con: duckdb.DuckDBPyConnection, directory: Path, condition) -> int:
+    """Rewrite the Parquet files under ``directory`` without the rows ``condition`` selects (by
+    their columns; ``table`` is ``legacy``); returns the rows removed."""
+    from dagster_project.publishing.parquet import PARQUET_OPTIONS, fsync_dir, fsync_file, lit
+
+    removed = 0
+    for file in sorted(directory.rglob("*.parquet")):
+        columns = [{"name": name, "type": kind} for name, kind, *_ in
+                   con.execute(f"describe select * from read_parquet({lit(file)})").fetchall()]
+        where = condition("legacy", columns)
+        if not where:
+            continue
+        n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
+        if not n:
+            continue
+        tmp = file.with_name(f".{file.name}.erase")
+        con.execute(f"copy (select * from read_parquet({lit(file)}) where not coalesce({where}, false)) "
+                    f"to {lit(tmp)} ({PARQUET_OPTIONS})")
+        fsync_file(tmp)
+        os.replace(tmp, file)
+        fsync_dir(file.parent)
+        removed += n
+    return removed
 
 
 def _text_columns(columns: list[dict]) -> list[str]:

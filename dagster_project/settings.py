@@ -88,6 +88,8 @@ class Settings:
     retention_confirm: int | None = None
     # the raw root a run may read instead of the recorded one (FLYWHEEL_RAW_DIR_CONFIRM: ``_raw_root_problem``)
     raw_dir_confirm: Path | None = None
+    # rebuild raw from the files where a state from before the bronze record holds rows (``engine._legacy_raw``)
+    legacy_rebuild: bool = False
     keep_snapshots: int = 5  # published snapshots kept readable (time travel)
     keep_runs: int = 200  # finished runs whose Dagster history is kept (0: all; ``history``)
     allow_empty: bool = False  # publish an empty dataset over a non-empty one
@@ -174,6 +176,7 @@ class Settings:
             retention_confirm=parse("FLYWHEEL_RETENTION_CONFIRM", None, int, "30", check=lambda v: v > 0,
                                     rule="the new, shorter FLYWHEEL_SESSION_RETENTION_DAYS"),
             raw_dir_confirm=path("FLYWHEEL_RAW_DIR_CONFIRM") if env.get("FLYWHEEL_RAW_DIR_CONFIRM") else None,
+            legacy_rebuild=parse("FLYWHEEL_LEGACY_REBUILD", False, _flag, "1", rule="1/true/yes or 0/false/no"),
             keep_snapshots=parse("FLYWHEEL_KEEP_SNAPSHOTS", 5, int, "5", check=lambda v: v > 0,
                                  rule="a positive number of snapshots"),
             keep_runs=parse("FLYWHEEL_KEEP_RUNS", 200, int, "200", check=lambda v: v >= 0,

@@ -1240,3 +1240,38 @@ def test_an_object_is_named_by_its_parts_and_objects_named_by_their_whole_conten
     assert reports["interactions"].replayed_entries >= 2
     assert everything(con) == before
     con.close()
+
+
+def test_a_state_from_before_the_bronze_record_is_rebuilt_only_when_confirmed(settings):
+    """An older version kept raw rows and no bronze record of them. A replay (a full refresh, a
+    changed declaration, a retention pass) rebuilds raw from bronze: the rows of files the
+    producer had deleted since were lost, with a message saying nothing is lost. The run is
+    refused, raw untouched, until confirmed; then raw is rebuilt from the files as they are."""
+    import shutil
+    from dataclasses import replace
+
+    from dagster_project.engine import LegacyStateError
+    from dagster_project.engine.bronze import bronze_dir
+
+    logs = settings.raw_dir / "interactions"
+    write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
+    gone = write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(i)) for i in range(3, 5)])
+    con, _ = ingest(settings, sources=["interactions"])
+    # what an older version left: raw rows, no bronze record
+    con.execute("delete from ingest.bronze_applied")
+    shutil.rmtree(bronze_dir(settings))
+    gone.unlink()  # the producer rotated a file away
+    for full_refresh in (False, True):
+        with pytest.raises(LegacyStateError) as refused:
+            ingest(settings, "run-2", sources=["interactions"], con=con, full_refresh=full_refresh)
+        assert str(refused.value) == (
+            f"source interactions: raw.interactions holds 5 rows an older version read before the lake kept a "
+            f"bronze record ({settings.state_db}); this version rebuilds raw from that record, so the rows of files "
+            f"since deleted or rewritten would be lost: copy {settings.state_dir} aside, then run once with "
+            "FLYWHEEL_LEGACY_REBUILD=1 to rebuild raw from the producers' files as they are now")
+        assert rows(con, "select count(*) from raw.interactions") == [(5,)]
+    confirmed = replace(settings, legacy_rebuild=True)
+    con, _ = ingest(confirmed, "run-3", sources=["interactions"], con=con)
+    assert rows(con, "select count(*) from raw.interactions") == [(3,)]
+    con, _ = ingest(settings, "run-4", sources=["interactions"], con=con, full_refresh=True)  # bronze holds them
+    assert rows(con, "select count(*) from raw.interactions") == [(3,)]

@@ -904,6 +904,26 @@ def test_a_legacy_layout_is_migrated_once(tmp_path):
     assert publish(state, tmp_path, "again").status == "unchanged" and result.status == "published"
 
 
+def test_forget_reaches_a_legacy_layouts_exports_moved_aside(tmp_path):
+    """An older layout's exports are moved aside into ``.snapshots/.legacy-*`` by the first
+    snapshot; with no manifest, erasure walked past them: a forgotten session's training rows
+    stayed there, in each dataset and its ``.versions`` copy."""
+    from dagster_project.privacy import scrub_snapshots, subject_condition
+
+    exports = tmp_path / "exports"
+    rows_sql = "select * from (values ('i1', 'sess-gone'), ('i2', 'sess-kept'), ('i3', 'sess-gone')) t(interaction_id, session_id)"
+    for dataset in ("sft", ".versions/sft/v1"):
+        (exports / "training" / dataset).mkdir(parents=True)
+        duckdb.connect().execute(f"copy ({rows_sql}) to '{exports / 'training' / dataset / 'part-00000.parquet'}'")
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
+    publish(state, tmp_path, "first")
+    [legacy] = list((exports / SNAPSHOTS).glob(".legacy-*-training"))
+    assert scrub_snapshots(exports, subject_condition("sess-gone", {"sess-gone"})) == (4, 1)
+    for dataset in ("sft", ".versions/sft/v1"):
+        assert duckdb.connect().execute("select interaction_id from read_parquet(?)",
+                                        [str(legacy / dataset / "part-00000.parquet")]).fetchall() == [("i2",)]
+
+
 from hypothesis import HealthCheck, example, given, settings as hsettings, strategies as st  # noqa: E402
 
 ACTIONS = st.lists(st.tuples(st.sampled_from(["append", "delete", "update", "log", "erase", "publish"]),

@@ -1,6 +1,6 @@
 """Ingestion: one reader per format, the bronze record, and the engine that classifies units."""
 
-from dagster_project.engine.accounting import (AccountingError, FileResult, SchemaChangedError, SourceReport,
+from dagster_project.engine.accounting import (AccountingError, FileResult, LegacyStateError, SchemaChangedError, SourceReport,
                                                check_accounting, ensure_raw_table, ensure_schema, reset_source)
 from dagster_project.engine.bronze import bronze_usage
 from dagster_project.engine.discovery import SQLITE_SUFFIXES, discover, stored_path, unclaimed_files

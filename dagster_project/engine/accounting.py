@@ -20,6 +20,10 @@ class SchemaChangedError(RuntimeError):
     """The source's declared fields no longer match its raw table."""
 
 
+class LegacyStateError(RuntimeError):
+    """raw.<source> holds rows an older version read before the lake kept a bronze record."""
+
+
 @dataclass
 class FileResult:
     path: str

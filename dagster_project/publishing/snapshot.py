@@ -571,9 +571,10 @@ def _record_snapshot(con: duckdb.DuckDBPyConnection, run_id: str, version: str |
 def ensure_links(export_dir: Path, warehouse: Path) -> None:
     """``training``/``analytics`` -> ``current/…`` and the warehouse -> ``current/warehouse.duckdb``.
 
-    A legacy layout (real directories, a regular warehouse file) is moved aside once: the
-    warehouse by one atomic rename; a directory is renamed into ``.snapshots/.legacy-*`` and the
-    link put in its place right after (a directory cannot be replaced atomically by a link).
+    A legacy layout (real directories, a regular warehouse file) is replaced once: a directory is
+    renamed into ``.snapshots/.legacy-*`` and the link put in its place right after (a directory
+    cannot be replaced atomically by a link; erasure scrubs what it holds); the warehouse file,
+    derived from the state database, by one atomic rename of the link over it.
     """
     export_dir = Path(os.path.abspath(export_dir))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")

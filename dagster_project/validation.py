@@ -509,6 +509,7 @@ def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
     ensure_table(con, GROUP_VALUES, GROUP_VALUES_COLUMNS)
     ensure_table(con, GROUP_VALUES_RUNS, GROUP_VALUES_RUNS_COLUMNS)
     ensure_validations_table(con)
+    _reorder_validations_table(con)
     ensure_excluded_table(con)
 
 
@@ -1191,10 +1192,27 @@ def ensure_validations_table(con: duckdb.DuckDBPyConnection) -> None:
     ensure_table(con, "ingest.validations",
                  ", ".join([*(f"{name} {kind}" for name, kind in VALIDATIONS_COLUMNS.items()), RECORDED_AT]))
     have = table_columns(con, "ingest.validations") or {}
+    if list(have) == [*VALIDATIONS_COLUMNS, "recorded_at"]:
+        return
     for name, kind in VALIDATIONS_COLUMNS.items():  # an older table: add what it lacks
         if name not in have:
             con.execute(f"alter table ingest.validations add column {name} {kind}")
     _ensure_recorded_at(con, "ingest.validations", have, "validated_at")
+
+
+def _reorder_validations_table(con: duckdb.DuckDBPyConnection) -> None:
+    """An older ``ingest.validations``: what this version no longer writes dropped, in today's
+    column order. A stale column (an early version's ``kind``) made every publish warn that it had
+    no description, and the published table's columns differed from a new lake's. Before a run's
+    steps (``ensure_tables``), outside any transaction."""
+    wanted = [*VALIDATIONS_COLUMNS, "recorded_at"]
+    if list(table_columns(con, "ingest.validations") or {}) != wanted:
+        with transaction(con):
+            con.execute(f"create or replace table ingest.validations_new as select {', '.join(wanted)} "
+                        "from ingest.validations")
+            con.execute("drop table ingest.validations")
+            con.execute("alter table ingest.validations_new rename to validations")
+            con.execute("alter table ingest.validations alter column recorded_at set default current_timestamp")
 
 
 def record_validations(con: duckdb.DuckDBPyConnection, report: ValidationReport) -> int:

@@ -369,3 +369,24 @@ def test_drop_beyond_its_threshold_keeps_the_rows_and_fails_naming_the_expectati
     assert [r.name for r in report.failures] == ["prompt is a non-empty conversation"]
     with pytest.raises(ValidationFailed, match="prompt is a non-empty conversation.*systemic"):
         enforce(report)
+
+
+def test_an_older_validations_table_is_brought_to_todays_columns_keeping_its_rows():
+    """An early version's ``ingest.validations`` had a ``kind`` column and another order: every
+    publish warned that ``kind`` had no description, and the published table's columns differed
+    from a new lake's. Before a run's steps it is rebuilt in today's columns, its rows kept."""
+    from dagster_project.validation import VALIDATIONS_COLUMNS, ensure_tables
+
+    con = duckdb.connect()
+    con.execute("create schema ingest")
+    con.execute("create table ingest.validations (kind varchar, run_id varchar, table_name varchar, "
+                "success boolean, validated_at timestamptz)")
+    con.execute("insert into ingest.validations values ('row', 'old-run', 'staging.x', true, '2026-01-02 03:04:05+00')")
+    ensure_tables(con)
+    assert [r[0] for r in con.execute("select column_name from duckdb_columns() where schema_name = 'ingest' "
+                                      "and table_name = 'validations' order by column_index").fetchall()] == [
+        *VALIDATIONS_COLUMNS, "recorded_at"]
+    assert con.execute("select run_id, table_name, success, recorded_at = validated_at from ingest.validations"
+                       ).fetchall() == [("old-run", "staging.x", True, True)]
+    con.execute("insert into ingest.validations (run_id) values ('new-run')")  # recorded_at has its default
+    assert con.execute("select recorded_at is not null from ingest.validations where run_id = 'new-run'").fetchall() == [(True,)]

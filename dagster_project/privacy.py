@@ -516,9 +516,11 @@ def _save_keys(settings: Settings, keys: set[str]) -> None:
 # --------------------------------------------------------------------------- snapshots
 
 
-def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
+def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[int, int]:
     """Rewrite every kept snapshot's Parquet files without the rows ``condition(table, columns)``
-    (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots)."""
+    (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots).
+    ``legacy``: an older layout's exports moved aside too (``_scrub_legacy``; retention, which
+    reaches staging tables only, has none to scrub there, and every run would look at them)."""
     from dagster_project.publishing.parquet import PARQUET_OPTIONS, fsync_dir, fsync_file, lit, sha256_file
     from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
                                                      manifest_objects, snapshots_dir)
@@ -583,10 +585,10 @@ def scrub_snapshots(export_dir: Path, condition) -> tuple[int, int]:
                 fsync_dir(manifest_path.parent)
             known |= manifest_objects(manifest)
         collect_objects(snaps, known)  # the old files no snapshot names any more
-        for legacy in sorted(snaps.glob(".legacy-*")):
+        for moved in sorted(snaps.glob(".legacy-*")) if legacy else []:
             # an older layout's exports, moved aside by the first snapshot (``ensure_links``): no
             # manifest, plain files (their ``.versions`` copies included), scrubbed where they lie
-            n = _scrub_legacy(con, legacy, condition)
+            n = _scrub_legacy(con, moved, condition)
             removed += n
             touched += bool(n)
     con.close()
@@ -600,8 +602,11 @@ def _scrub_legacy(con: duckdb.DuckDBPyConnection, directory: Path, condition) ->
 
     removed = 0
     for file in sorted(directory.rglob("*.parquet")):
-        columns = [{"name": name, "type": kind} for name, kind, *_ in
-                   con.execute(f"describe select * from read_parquet({lit(file)})").fetchall()]
+        try:
+            columns = [{"name": name, "type": kind} for name, kind, *_ in
+                       con.execute(f"describe select * from read_parquet({lit(file)})").fetchall()]
+        except duckdb.Error:  # not Parquet (whatever the name): no reader finds rows in it either
+            continue
         where = condition("legacy", columns)
         if not where:
             continue
@@ -776,7 +781,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
             forget_baselines(con)  # row hashes of the subject's records: recomputed by the next run
         save_pending()
     rebuild()
-    snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values))
+    snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values), legacy=True)
     with state_connection(settings) as con:
         for name, c in rows.items():
             c["raw"] -= _count(con, f"raw.{name}")

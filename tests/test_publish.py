@@ -918,7 +918,9 @@ def test_forget_reaches_a_legacy_layouts_exports_moved_aside(tmp_path):
     state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
     publish(state, tmp_path, "first")
     [legacy] = list((exports / SNAPSHOTS).glob(".legacy-*-training"))
-    assert scrub_snapshots(exports, subject_condition("sess-gone", {"sess-gone"})) == (4, 1)
+    (legacy / "notes.parquet").write_bytes(b"not parquet")  # skipped, not a failure
+    assert scrub_snapshots(exports, subject_condition("sess-gone", {"sess-gone"})) == (0, 0)  # retention's call
+    assert scrub_snapshots(exports, subject_condition("sess-gone", {"sess-gone"}), legacy=True) == (4, 1)
     for dataset in ("sft", ".versions/sft/v1"):
         assert duckdb.connect().execute("select interaction_id from read_parquet(?)",
                                         [str(legacy / dataset / "part-00000.parquet")]).fetchall() == [("i2",)]

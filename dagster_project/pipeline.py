@@ -216,14 +216,15 @@ def source_warnings(settings: Settings) -> list[str]:
     counted twice and loaded or quarantined by both (a glob widened by mistake); and undoing it
     later (``quarantine replay``) left the file "missing" for one of them. Listing every
     source's files costs ~10 ms on the 1M bench lake's 3,938 files."""
-    from dagster_project.engine.discovery import listing
+    from dagster_project.engine.discovery import listing, no_files_warning
     from dagster_project.sources import load_sources
 
     warnings, owner, twice = [], {}, []
     for name, spec in load_sources(settings.sources_file).items():
-        files = [path for path, _ in listing(spec, settings.raw_dir)]
+        unlisted: list[tuple[str, str]] = []
+        files = [path for path, _ in listing(spec, settings.raw_dir, unlisted)]
         if not files:
-            warnings.append(f"source {name}: no files match {', '.join(spec.globs)} under {settings.raw_dir}")
+            warnings.append(no_files_warning(name, spec.globs, settings.raw_dir, unlisted))
         for path in files:
             if owner.setdefault(path, name) != name:
                 twice.append((owner[path], name, path))

@@ -131,3 +131,32 @@ _engine.listing = _racing
         ("run-2", "interactions/interactions_2026-02-26_00000002.jsonl", "unreadable"),
         ("run-3", "interactions/interactions_2026-02-26_00000002.jsonl", "missing")]
     assert rows(con, "select count(*) from staging.interactions") == [(2,)]
+
+
+def test_a_source_directory_that_may_not_be_listed_is_warned_about_as_such(tmp_path):
+    """A source whose directory may not be listed found no file, and the warning said "no files
+    match": the user looked for a typo in a glob. It now names the directory and why."""
+    import subprocess
+    import sys
+
+    base = Path(tempfile.mkdtemp(prefix="flywheel-unlisted-"))  # not under pytest's 0700 directories
+    try:
+        base.chmod(0o755)
+        logs = base / "raw" / LOGS
+        write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(1))])
+        logs.chmod(0o311)  # searched, not listed
+        caps = "-dac_override,-dac_read_search"
+        wrapper = ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()
+        shown = subprocess.run([*wrapper, sys.executable, "-c", f"""
+import sys; sys.path.insert(0, {os.getcwd()!r})
+from dagster_project.pipeline import source_warnings
+from dagster_project.settings import Settings
+settings = Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(base / "raw")!r}, "FLYWHEEL_WAREHOUSE": {str(base / "w.duckdb")!r}}})
+print([w for w in source_warnings(settings) if w.startswith("source interactions:")][0])
+"""], capture_output=True, text=True, timeout=60)
+        logs.chmod(0o755)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.strip() == (f"source interactions: interactions/ under {base / 'raw'} may not be listed "
+                                        "(permission denied): none of its files read")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -14,6 +14,7 @@ import dagster as dg
 
 from dagster_project import versions
 from dagster_project.engine import Ingestor, check_accounting
+from dagster_project.engine.discovery import no_files_warning
 from dagster_project.executor import SOURCE_TAG
 from dagster_project.expectations import FUTURE_SLACK
 from dagster_project.metadata import count, markdown_table, preview
@@ -75,7 +76,7 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 "deferred_bytes": report.total("deferred_bytes"),
             }
             warnings = [] if report.files else [
-                f"source {spec.name}: no files match {', '.join(live_spec.globs)} under {settings.raw_dir}"]
+                no_files_warning(spec.name, live_spec.globs, settings.raw_dir, report.unlisted)]
             for warning in warnings:
                 context.log.warning(warning)
             record_run(con, context.run_id, mode="full_refresh" if config.full_refresh else "incremental",

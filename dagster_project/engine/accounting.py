@@ -44,6 +44,7 @@ class SourceReport:
     files: list[FileResult] = field(default_factory=list)
     seconds: float = 0.0
     replayed_entries: int = 0
+    unlisted: list[tuple[str, str]] = field(default_factory=list)  # directories the listing may not read
 
     def total(self, attr: str) -> int:
         return sum(getattr(f, attr) for f in self.files)

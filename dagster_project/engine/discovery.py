@@ -91,6 +91,15 @@ def _scan(directory: Path, name: str) -> list[tuple[str, bool]]:
         return []
 
 
+def no_files_warning(name: str, globs, raw_dir: Path, unlisted: list[tuple[str, str]]) -> str:
+    """The warning for a source that ``listing`` found no file of: none match, or a directory
+    its globs name may not be listed (it said "no files match" of a directory it could not read)."""
+    if unlisted:
+        where = ", ".join(sorted({prefix or "." for prefix, _ in unlisted}))
+        return f"source {name}: {where} under {raw_dir} may not be listed (permission denied): none of its files read"
+    return f"source {name}: no files match {', '.join(globs)} under {raw_dir}"
+
+
 def unlisted_covers(unlisted: list[tuple[str, str]], path: str) -> bool:
     """Whether a stored path lies where ``listing`` could not look (``unlisted``)."""
     return any(path.startswith(prefix) and "/" not in path[len(prefix):]

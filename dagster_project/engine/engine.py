@@ -169,7 +169,7 @@ class Ingestor:
             check_accounting(self.con, self.spec.name)
             report.seconds = time.perf_counter() - started
             return report
-        unlisted: list[tuple[str, str]] = []  # where the listing may not look (permission denied)
+        unlisted = report.unlisted  # where the listing may not look (permission denied)
         files = listing(self.spec, self.settings.raw_dir, unlisted)
         # line files whose stat is the one their cached state recorded: unchanged, their state unread
         settled = known.settled if self.spec.format == "jsonl" and self.settings.trust_ctime else {}

@@ -76,6 +76,7 @@ def _run(settings: Settings, **kwargs):
 
     with uncollected():  # the run loads the definitions: imported here, with the pipeline
         import dagster_project.definitions  # noqa: F401
+        from dagster_project.engine import LegacyStateError
         from dagster_project.pipeline import run_pipeline
         from dagster_project.state import WarehouseBusy
 
@@ -83,7 +84,7 @@ def _run(settings: Settings, **kwargs):
         return run_pipeline(settings, verbose=VERBOSE["on"], **kwargs)
     except SettingsError as exc:
         fail(exc.problems)
-    except WarehouseBusy as exc:
+    except (WarehouseBusy, LegacyStateError) as exc:  # (legacy: `quarantine replay`, before any step)
         fail(str(exc), 1)
     except duckdb.IOException as exc:
         fail(f"{settings.state_db}: cannot open the state database, another process holds it ({_said(exc)}); "

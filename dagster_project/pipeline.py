@@ -216,13 +216,16 @@ def source_warnings(settings: Settings) -> list[str]:
     counted twice and loaded or quarantined by both (a glob widened by mistake); and undoing it
     later (``quarantine replay``) left the file "missing" for one of them. Listing every
     source's files costs ~10 ms on the 1M bench lake's 3,938 files."""
-    from dagster_project.engine.discovery import listing, no_files_warning
+    from dagster_project.engine.discovery import StoredPathClash, listing, no_files_warning
     from dagster_project.sources import load_sources
 
     warnings, owner, twice = [], {}, []
     for name, spec in load_sources(settings.sources_file).items():
         unlisted: list[tuple[str, str]] = []
-        files = [path for path, _ in listing(spec, settings.raw_dir, unlisted)]
+        try:
+            files = [path for path, _ in listing(spec, settings.raw_dir, unlisted)]
+        except StoredPathClash as exc:
+            raise SettingsError([f"source {name}: {exc}"]) from None
         if not files:
             warnings.append(no_files_warning(name, spec.globs, settings.raw_dir, unlisted))
         for path in files:
@@ -254,10 +257,14 @@ def forget_files(settings: Settings, paths: list[tuple[str, str]]) -> None:
     """Make the engine classify these files' sources again: their derived tables are dropped and
     the next run replays every byte bronze holds for them (nothing is re-read or lost)."""
     from dagster_project.engine import ensure_schema, reset_source
+    from dagster_project.engine.accounting import check_legacy_raw
 
     with state_connection(settings) as con:
         ensure_schema(con)
-        for source in sorted({source for source, _ in paths}):
+        sources = sorted({source for source, _ in paths})
+        for source in sources:  # all refused before any is reset
+            check_legacy_raw(con, settings, source)
+        for source in sources:
             reset_source(con, source)
 
 

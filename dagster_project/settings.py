@@ -247,7 +247,7 @@ class Settings:
             raise SettingsError(problems)
         self._record(self.RETENTION_WINDOW, "session_retention_days", self.session_retention_days)
         if need_raw:
-            self._record(self.RAW_ROOT, "raw_root", str(self.raw_dir.resolve()))
+            self._record(self.RAW_ROOT, "raw_root", [str(self.raw_dir.resolve()), str(self.raw_dir)])
 
     # under the state dir, what the runs of this lake last applied: the retention window, the raw root
     RETENTION_WINDOW = "retention_window.json"
@@ -282,19 +282,24 @@ class Settings:
         the one the lake was read from (the same directory by another path is the same) is read
         only when confirmed: a lake that moved."""
         kept = self._recorded(self.RAW_ROOT, "raw_root")
+        if isinstance(kept, str):  # (as the first version recorded it)
+            kept = [kept, kept]
         root = self.raw_dir.resolve()
-        if not isinstance(kept, str) or Path(kept) == root or not self.raw_dir.is_dir():
+        # the same path as given (a link switched to each day's copy) or the same directory
+        if not isinstance(kept, list) or str(self.raw_dir) == kept[-1] or Path(kept[0]) == root \
+                or not self.raw_dir.is_dir():
             return None
         try:
-            if os.path.samefile(kept, root):
+            if os.path.samefile(kept[0], root):
                 return None
         except OSError:  # the recorded root is gone: the lake may have moved
             pass
         if self.raw_dir_confirm is not None and self.raw_dir_confirm.resolve() == root:
             return None
-        return (f"FLYWHEEL_RAW_DIR={self.raw_dir} is not the raw root this lake was read from ({kept}, recorded in "
-                f"{self.state_dir / self.RAW_ROOT}): its files would be taken for that lake's files under the same "
-                f"names and merged into it for good; if the lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={root}")
+        return (f"FLYWHEEL_RAW_DIR={self.raw_dir} is not the raw root this lake was read from ({kept[-1]}, recorded in "
+                f"{self.state_dir / self.RAW_ROOT}): its files would be merged into that lake's for good; set "
+                f"FLYWHEEL_RAW_DIR={kept[-1]} again, or give another lake its own FLYWHEEL_WAREHOUSE; if this lake "
+                f"moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={root}")
 
     def _retention_window_problem(self) -> str | None:
         """A window shorter than the one the lake keeps erases from bronze, for good, what lies

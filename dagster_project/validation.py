@@ -1206,9 +1206,13 @@ def _reorder_validations_table(con: duckdb.DuckDBPyConnection) -> None:
     no description, and the published table's columns differed from a new lake's. Before a run's
     steps (``ensure_tables``), outside any transaction."""
     wanted = [*VALIDATIONS_COLUMNS, "recorded_at"]
-    if list(table_columns(con, "ingest.validations") or {}) != wanted:
+    have = list(table_columns(con, "ingest.validations") or {})
+    if have != wanted:
+        # the early ``kind`` held what ``expectation_type`` holds now
+        columns = ["coalesce(expectation_type, kind) as expectation_type" if c == "expectation_type" and "kind" in have
+                   else c for c in wanted]
         with transaction(con):
-            con.execute(f"create or replace table ingest.validations_new as select {', '.join(wanted)} "
+            con.execute(f"create or replace table ingest.validations_new as select {', '.join(columns)} "
                         "from ingest.validations")
             con.execute("drop table ingest.validations")
             con.execute("alter table ingest.validations_new rename to validations")

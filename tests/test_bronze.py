@@ -1250,8 +1250,11 @@ def test_a_state_from_before_the_bronze_record_is_rebuilt_only_when_confirmed(se
     import shutil
     from dataclasses import replace
 
+    import duckdb
+
     from dagster_project.engine import LegacyStateError
     from dagster_project.engine.bronze import bronze_dir
+    from dagster_project.pipeline import forget_files
 
     logs = settings.raw_dir / "interactions"
     write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
@@ -1265,11 +1268,17 @@ def test_a_state_from_before_the_bronze_record_is_rebuilt_only_when_confirmed(se
         with pytest.raises(LegacyStateError) as refused:
             ingest(settings, "run-2", sources=["interactions"], con=con, full_refresh=full_refresh)
         assert str(refused.value) == (
-            f"source interactions: raw.interactions holds 5 rows an older version read before the lake kept a "
-            f"bronze record ({settings.state_db}); this version rebuilds raw from that record, so the rows of files "
-            f"since deleted or rewritten would be lost: copy {settings.state_dir} aside, then run once with "
-            "FLYWHEEL_LEGACY_REBUILD=1 to rebuild raw from the producers' files as they are now")
+            f"source interactions: raw.interactions in {settings.state_db} holds 5 rows an older version read before "
+            "the lake kept a bronze record of them; this version rebuilds raw from that record, so the rows of files "
+            f"deleted or rewritten since would be lost: copy {settings.state_dir} aside, then run once with "
+            "FLYWHEEL_LEGACY_REBUILD=1, which rebuilds raw from the producers' files as they are now (the rows of "
+            "files no longer there are dropped)")
         assert rows(con, "select count(*) from raw.interactions") == [(5,)]
+    con.close()
+    with pytest.raises(LegacyStateError):  # `quarantine replay` resets the sources it replays first
+        forget_files(settings, [("interactions", "interactions/interactions_2026-02-26_00000001.jsonl")])
+    con = duckdb.connect(str(settings.state_db))
+    assert rows(con, "select count(*) from raw.interactions") == [(5,)]
     confirmed = replace(settings, legacy_rebuild=True)
     con, _ = ingest(confirmed, "run-3", sources=["interactions"], con=con)
     assert rows(con, "select count(*) from raw.interactions") == [(3,)]

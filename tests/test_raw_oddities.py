@@ -10,6 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import dumps, ingest, interaction, rows, run_dying, write_lines
 from test_bronze import store
 
@@ -160,3 +162,65 @@ print([w for w in source_warnings(settings) if w.startswith("source interactions
                                         "(permission denied): none of its files read")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_partial_last_line_is_sealed_on_time_when_only_its_files_inode_moves(settings):
+    """A file restored or copied into place (same bytes, same mtime, a new inode; a mount without
+    stable inodes) is the file the lake read: its partial last line is sealed when its quiet
+    period ends, not waited for again from each run that sees the inode move."""
+    path = write_lines(settings.raw_dir / LOGS / "interactions_2026-02-26_00000001.jsonl",
+                       [dumps(interaction(1)), dumps(interaction(2))[:30]], newline_at_end=False)
+    start = time.time()
+    con, _ = ingest(settings, sources=["interactions"], now=start)
+    for i, hours in enumerate((1, 2 * settings.seal_after_seconds / 3600)):
+        copy = path.with_name(".restored")
+        shutil.copy2(path, copy)  # bytes and times kept, another inode
+        os.replace(copy, path)
+        con, _ = ingest(settings, f"run-{i + 2}", sources=["interactions"], con=con, now=start + hours * 3600)
+    assert rows(con, "select rows_loaded, rows_quarantined, deferred_bytes from ingest.files") == [(1, 1, 0)]
+    assert rows(con, "select reason from ingest.quarantine") == [("unterminated_last_line",)]
+
+
+def test_an_escaped_file_name_that_is_another_files_real_name_is_refused(settings):
+    """A name's bytes that are not UTF-8 are stored escaped (``\\xff``): a file really named so
+    (a backslash, x, f, f) had the same stored path, and the two were read in turn as each
+    other's rewrites, raw growing on every run. The run is refused, naming both."""
+    from dagster_project.pipeline import source_warnings
+    from dagster_project.settings import SettingsError
+
+    logs = settings.raw_dir / LOGS
+    odd = Path(os.fsdecode(bytes(logs) + b"/interactions_2026-02-26_\xff.jsonl"))
+    write_lines(odd, [dumps(interaction(1))])
+    literal = write_lines(logs / "interactions_2026-02-26_\\xff.jsonl", [dumps(interaction(2))])
+    with pytest.raises(SettingsError) as refused:
+        source_warnings(settings)
+    assert refused.value.problems == [
+        f"source interactions: {literal} and a file whose name is not UTF-8 would both be stored as "
+        "interactions/interactions_2026-02-26_\\xff.jsonl (bytes that are not UTF-8 are stored escaped as \\xNN): "
+        "rename one of them"]
+
+
+def test_a_store_an_earlier_reader_took_for_corrupt_is_read_once_more(settings, monkeypatch):
+    """A lake an earlier version read has the stores it could not open (a `#` in the name, a WAL
+    store in a directory it might not write) recorded as corrupt, and a corrupt store is skipped
+    while it does not change: upgrading left them unread for good. Such a store is read once more."""
+    import sqlite3
+
+    from dagster_project.engine.readers import sqlite as reader
+
+    store(settings.raw_dir / "sessions" / "a#2.sqlite3", ["r1", "r2"]).close()
+    real = reader._snapshot
+
+    def earlier(view, table, known_ranges):  # what the earlier reader's URI opened
+        raise sqlite3.OperationalError("no such table: session_feedback")
+
+    monkeypatch.setattr(reader, "_snapshot", earlier)
+    monkeypatch.setattr(reader, "CORRUPT_READER", None)  # its states carry no reader
+    con, reports = ingest(settings, sources=["session_ratings"])
+    assert [f.event for f in reports["session_ratings"].files] == ["corrupt"]
+    monkeypatch.setattr(reader, "_snapshot", real)
+    monkeypatch.setattr(reader, "CORRUPT_READER", 2)
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"], con=con)
+    assert rows(con, "select id from raw.session_ratings order by 1") == [("r1",), ("r2",)]
+    con, reports = ingest(settings, "run-3", sources=["session_ratings"], con=con)
+    assert [f.event for f in reports["session_ratings"].files] == ["unchanged"]

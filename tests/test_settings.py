@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -187,14 +188,20 @@ def test_a_raw_root_other_than_the_lakes_is_read_only_when_confirmed(settings, t
         run_pipeline(replace(settings, raw_dir=tmp_path / "other"))
     assert refused.value.problems == [
         f"FLYWHEEL_RAW_DIR={tmp_path / 'other'} is not the raw root this lake was read from ({settings.raw_dir}, "
-        f"recorded in {settings.state_dir / 'raw_root.json'}): its files would be taken for that lake's files under "
-        f"the same names and merged into it for good; if the lake moved, run once with "
-        f"FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
+        f"recorded in {settings.state_dir / 'raw_root.json'}): its files would be merged into that lake's for good; "
+        f"set FLYWHEEL_RAW_DIR={settings.raw_dir} again, or give another lake its own FLYWHEEL_WAREHOUSE; if this "
+        f"lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
     assert ids() == ["1", "2"]
     (tmp_path / "link").symlink_to(settings.raw_dir)
     assert run_pipeline(replace(settings, raw_dir=tmp_path / "link")).success  # the same directory
+    # the link switched to the day's copy (rsync --link-dest, a file-system snapshot): the same root as given
+    shutil.copytree(settings.raw_dir, tmp_path / "copy", copy_function=shutil.copy2)
+    (tmp_path / "link").unlink()
+    (tmp_path / "link").symlink_to(tmp_path / "copy")
+    assert run_pipeline(replace(settings, raw_dir=tmp_path / "link")).success
+    assert ids() == ["1", "2"]
     # the lake moves: refused until confirmed, then read as the same files (nothing twice)
-    moved = settings.raw_dir.rename(tmp_path / "moved")
+    moved = (tmp_path / "copy").rename(tmp_path / "moved")
     with pytest.raises(SettingsError):
         run_pipeline(replace(settings, raw_dir=moved))
     assert run_pipeline(replace(settings, raw_dir=moved, raw_dir_confirm=moved)).success

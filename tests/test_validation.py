@@ -386,7 +386,7 @@ def test_an_older_validations_table_is_brought_to_todays_columns_keeping_its_row
     assert [r[0] for r in con.execute("select column_name from duckdb_columns() where schema_name = 'ingest' "
                                       "and table_name = 'validations' order by column_index").fetchall()] == [
         *VALIDATIONS_COLUMNS, "recorded_at"]
-    assert con.execute("select run_id, table_name, success, recorded_at = validated_at from ingest.validations"
-                       ).fetchall() == [("old-run", "staging.x", True, True)]
+    assert con.execute("select run_id, table_name, expectation_type, success, recorded_at = validated_at "
+                       "from ingest.validations").fetchall() == [("old-run", "staging.x", "row", True, True)]
     con.execute("insert into ingest.validations (run_id) values ('new-run')")  # recorded_at has its default
     assert con.execute("select recorded_at is not null from ingest.validations where run_id = 'new-run'").fetchall() == [(True,)]

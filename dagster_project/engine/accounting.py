@@ -75,6 +75,33 @@ def ensure_raw_table(con: duckdb.DuckDBPyConnection, spec: SourceSpec) -> None:
         )
 
 
+def check_legacy_raw(con: duckdb.DuckDBPyConnection, settings, source: str, read_files: bool = True) -> bool:
+    """Whether raw.<source> holds rows of a state an older version built before the lake kept a
+    bronze record (rows, and no bronze entry applied), to be rebuilt from the producers' files.
+    Anything that resets the source (a full refresh, a changed declaration, a retention pass,
+    ``quarantine replay``) rebuilds raw from bronze, which does not hold them: the rows of files
+    deleted since were lost with no word. Refused (``LegacyStateError``) until confirmed with
+    ``FLYWHEEL_LEGACY_REBUILD=1`` (``settings.legacy_rebuild``), and for a source whose files are
+    not read (disabled); after the rebuild bronze holds all raw does."""
+    if con.execute("select count(*) from ingest.bronze_applied where source = ?", [source]).fetchone()[0]:
+        return False
+    try:
+        rows = con.execute(f"select count(*) from raw.{q(source)}").fetchone()[0]
+    except duckdb.CatalogException:
+        return False
+    if not rows:
+        return False
+    if not settings.legacy_rebuild or not read_files:
+        raise LegacyStateError(
+            f"source {source}: raw.{source} in {settings.state_db} holds {rows:,} rows an older version read before the "
+            f"lake kept a bronze record of them; this version rebuilds raw from that record, so the rows of files "
+            f"deleted or rewritten since would be lost: copy {settings.state_dir} aside, then run once with "
+            "FLYWHEEL_LEGACY_REBUILD=1, which rebuilds raw from the producers' files as they are now (the rows of "
+            "files no longer there are dropped)" + ("" if read_files else "; enable the source first: its files are "
+                                                                          "read then"))
+    return True
+
+
 def reset_source(con: duckdb.DuckDBPyConnection, source: str) -> None:
     """Drop everything derived from bronze for ``source``: its next run replays bronze whole
     (through today's classifier) before reading what is new in the producers' files."""

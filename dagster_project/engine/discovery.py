@@ -54,7 +54,28 @@ def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | N
         else:
             for real in _glob(pattern, raw_dir):
                 found[resolved.stored(real)] = str(real)
-    return sorted((stored if stored.isascii() else _text(stored), real) for stored, real in found.items())
+    if all(stored.isascii() for stored in found):
+        return sorted(found.items())
+    return _escaped(found)
+
+
+class StoredPathClash(ValueError):
+    """Two files of a source would be stored under one path (``_escaped``)."""
+
+
+def _escaped(found: dict[str, str]) -> list[tuple[str, str]]:
+    """``found`` with every stored path as text (``_text``). A name whose bytes are not UTF-8
+    could then read as another file's real name (``x_\\xff.jsonl``, backslash and all): the two
+    were one path, read in turn as each other's rewrites on every run. Refused, naming both."""
+    out: dict[str, str] = {}
+    for stored, real in found.items():
+        text = _text(stored)
+        if text in out:
+            named = real if text == stored else out[text]  # the file really named so
+            raise StoredPathClash(f"{named} and a file whose name is not UTF-8 would both be stored as {text} (bytes "
+                                  "that are not UTF-8 are stored escaped as \\xNN): rename one of them")
+        out[text] = real
+    return sorted(out.items())
 
 
 def _text(name: str) -> str:

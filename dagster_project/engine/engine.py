@@ -29,8 +29,8 @@ import pyarrow as pa
 
 from dagster_project.engine import bronze as bronze_mod
 from dagster_project.engine import known as known_mod
-from dagster_project.engine.accounting import (FileResult, LegacyStateError, SourceReport, check_accounting, ensure_raw_table,
-                                               ensure_schema, reset_source)
+from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
+                                               ensure_schema, check_legacy_raw, reset_source)
 from dagster_project.engine.discovery import SQLITE_SUFFIXES, listing, unlisted_covers
 from dagster_project.engine.readers import FileView, Unit, open_file
 from dagster_project.engine.readers import json_array, jsonl, sqlite
@@ -119,7 +119,7 @@ class Ingestor:
 
         started = time.perf_counter()
         ensure_schema(self.con)
-        legacy = self._legacy_raw(read_files)
+        legacy = check_legacy_raw(self.con, self.settings, self.spec.name, read_files)
         # The lake's own retention removes expired records from bronze; raw follows by replay. A
         # marker spans the rewrite and the reset: a run killed in between (bronze rewritten, raw
         # not reset) leaves it, and the next run, which finds nothing left to expire, replays. It
@@ -217,30 +217,6 @@ class Ingestor:
         report.files = sorted(self.results.values(), key=lambda r: (order.get(r.path, len(order)), r.path))
         report.seconds = time.perf_counter() - started
         return report
-
-    def _legacy_raw(self, read_files: bool) -> bool:
-        """Whether raw holds rows of a state an older version built before the lake kept its
-        bronze record (rows, and no bronze entry applied): a replay (a full refresh, a changed
-        declaration, a retention pass) rebuilds raw from bronze, which does not hold them, and
-        the rows of files the producers had since deleted were lost with no word. Refused until
-        confirmed (``FLYWHEEL_LEGACY_REBUILD=1``); then raw is rebuilt from the files as they are
-        (True), after which bronze holds all it has."""
-        name = self.spec.name
-        if self.con.execute("select count(*) from ingest.bronze_applied where source = ?", [name]).fetchone()[0]:
-            return False
-        from dagster_project.privacy import _count
-
-        rows = _count(self.con, f"raw.{q(name)}")
-        if not rows:
-            return False
-        if not self.settings.legacy_rebuild or not read_files:
-            raise LegacyStateError(
-                f"source {name}: raw.{name} holds {rows:,} rows an older version read before the lake kept a bronze "
-                f"record ({self.settings.state_db}); this version rebuilds raw from that record, so the rows of files "
-                f"since deleted or rewritten would be lost: copy {self.settings.state_dir} aside, then run once with "
-                "FLYWHEEL_LEGACY_REBUILD=1 to rebuild raw from the producers' files as they are now"
-                + ("" if read_files else " (with the source enabled: its files are read then)"))
-        return True
 
     # ----------------------------------------------------------------- observing files
 

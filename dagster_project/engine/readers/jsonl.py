@@ -156,10 +156,13 @@ def read(view: FileView, fh=None) -> list[Unit]:
     else:
         changed_at = min(sig["mtime_ns"] / 1e9, view.now)
         if live and changed_at <= known["changed_at"]:
-            # it changed since the lake last looked, yet its mtime is not after the change recorded
-            # then (set back: `touch -d`, a copy keeping times): the lake saw it change now. (From
-            # the mtime, a partial last line was sealed at once, and its record lost in two halves.)
-            changed_at = view.now
+            # Its stat moved, yet its mtime is not after the change recorded when the lake last
+            # looked (set back: `touch -d`, a copy keeping times; from the mtime, a partial last
+            # line was sealed at once and its record lost in two halves): if its bytes are the ones
+            # the lake read (only the inode or the times moved: a restore, a mount without stable
+            # inodes), its quiet period goes on; if they changed, the lake saw that now.
+            unmoved = size == known["size"] and _tail_hash(fd, known["offset"]) == known["tail_sha"]
+            changed_at = known["changed_at"] if unmoved else view.now
 
     units: list[Unit] = []
     generation = known.get("generation", 0) if known else 0

@@ -38,6 +38,10 @@ from transforms.lines import LINES_SCHEMA, Rejected, invalid_utf8
 from transforms.spec import SqliteTable
 
 LOCK_WAIT_SECONDS = 5.0
+# Recorded in a corrupt store's state: one an earlier reader found corrupt is read once more (this
+# one opens paths with `#`, `?` or `%` and WAL stores in directories it may not write, which the
+# earlier took for corrupt, and then skipped for good while the store did not change).
+CORRUPT_READER = 2
 RANGE_BITS = 10  # keys are checksummed in ranges of 1,024: only changed ranges are read and compared
 RANGE_KEYS = 1 << RANGE_BITS
 
@@ -69,7 +73,8 @@ def text_sha(text: str | None) -> str:
 def read(view: FileView, table: SqliteTable, known_keys: Callable[[list[int]], dict[int, str]]) -> list[Unit]:
     known = view.known
     sig = signature(view)
-    if known is not None and known.get("status") in ("ok", "corrupt") \
+    if known is not None and (known.get("status") == "ok" or known.get("status") == "corrupt"
+                              and known.get("reader") == CORRUPT_READER) \
             and all(known.get(k) == v for k, v in sig.items()):
         return []
     # (a store seen missing keeps its ranges: one recreated smaller must flag the keys of every one)
@@ -249,7 +254,8 @@ def _corrupt(view: FileView, sig: dict, exc: Exception) -> list[Unit]:
     """Unreadable: reported, earlier rows kept, retried when the file changes. A file the lake
     never read is also quarantined once (one line read), so it shows in the accounting."""
     known = view.known
-    state = {**(known or {"format": "sqlite", "generation": 1, "hwm": None, "rows": 0}), **sig, "status": "corrupt"}
+    state = {**(known or {"format": "sqlite", "generation": 1, "hwm": None, "rows": 0}), **sig, "status": "corrupt",
+             "reader": CORRUPT_READER}
     if known is None or known.get("hwm") is None and known.get("status") != "corrupt":
         return [Unit("corrupt", None, {"detail": f"cannot read table: {exc}"}, state=state,
                      event=("corrupt", str(exc)))]

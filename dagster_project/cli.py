@@ -280,7 +280,11 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 out.print(f"[yellow]… and {this['events_total'] - len(events):,} more file events[/] "
                           "(ingest.file_events)")
         from dagster_project.engine import bronze_usage
+        from dagster_project.privacy import unfinished_erasures
 
+        for when in unfinished_erasures(settings):
+            out.print(f"[red]erasure unfinished[/]: a `flywheel forget` was interrupted ({when} UTC); its subject "
+                      "stays in the published data until the same command is run again", highlight=False, soft_wrap=True)
         usage = bronze_usage(settings)
         out.print(f"bronze record: {usage['objects']:,} objects, {usage['compressed_bytes'] / 1e6:,.1f} MB "
                   f"compressed for {usage['raw_bytes'] / 1e6:,.1f} MB read ({settings.state_dir / 'bronze'})")

@@ -244,8 +244,13 @@ SHORT_SEAL_SECONDS = 600
 
 def preflight(settings: Settings) -> list[str]:
     """Refuse to start on settings that cannot work (``SettingsError``); return warnings."""
+    from dagster_project.privacy import unfinished_erasures
+
     settings.preflight(need_raw=True)
     warnings = source_warnings(settings)
+    # (a run does not finish it: the subject's id, which the snapshots are scrubbed by, is not kept)
+    warnings += [f"an erasure (`flywheel forget`) was interrupted ({when} UTC): its subject stays in the published "
+                 "data until the same command is run again" for when in unfinished_erasures(settings)]
     if settings.seal_after_seconds < SHORT_SEAL_SECONDS:  # `24` for `24h`: a bare number is seconds
         warnings.append(f"FLYWHEEL_SEAL_AFTER={settings.seal_after_seconds:g}s: a last line a writer is still "
                         "writing for longer than that is quarantined as unterminated and its rest read as another "
@@ -451,6 +456,7 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
         with writer_lock(settings, wait_seconds=wait_seconds), state_connection(settings) as con:
             ensure_schema(con)
             record_run(con, run_id, mode=mode, status="failed", error=error[:2000])
+            _unpublished(con, settings, run_id)
             save_recent_runs(con, settings)  # (a file not written is no failure of the run's)
     except (WarehouseBusy, duckdb.IOException):  # held by a run, or open in another process
         pending = settings.state_dir / PENDING_FAILURES
@@ -460,6 +466,17 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
         os.replace(tmp, pending / f"{run_id}.json")
 
 
+def _unpublished(con, settings: Settings, run_id: str) -> None:
+    """A run killed while it published recorded its snapshot as published before writing it: the
+    row named a snapshot the next run removed as a leftover. Unless it is the current one (killed
+    after the commit), the run published nothing."""
+    from dagster_project.publishing.snapshot import current_version
+
+    con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' where run_id = ? "
+                "and snapshot_status = 'published' and snapshot is distinct from ?",
+                [run_id, current_version(settings.export_dir)])
+
+
 def record_pending_failures(con, settings: Settings) -> None:
     """Record the failures ``mark_failed`` could not, while another run held the database."""
     from dagster_project.state import record_run
@@ -467,4 +484,5 @@ def record_pending_failures(con, settings: Settings) -> None:
     for path in sorted((settings.state_dir / PENDING_FAILURES).glob("*.json")):
         failure = json.loads(path.read_text(encoding="utf-8"))
         record_run(con, failure["run_id"], mode=failure["mode"], status="failed", error=failure["error"])
+        _unpublished(con, settings, failure["run_id"])
         path.unlink()

@@ -43,7 +43,8 @@ from transforms.pseudonyms import existing_key, load_or_create_key, opaque_sessi
 from transforms.spec import SourceSpec
 
 ERASED_FILE = "erased_subjects.json"
-PENDING_FILE = "erase_pending.json"
+PENDING_FILE = "erase_pending.json"  # (an earlier version's one file for every erasure)
+PENDING_DIR = "erase_pending"  # one file per unfinished erasure, named by its subject's HMAC
 SCHEMA = """
 create schema if not exists ingest;
 create table if not exists ingest.erasures (
@@ -310,9 +311,12 @@ def ingest_matcher(settings: Settings, spec: SourceSpec) -> Matcher | None:
 
 
 def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher,
-                 before_rewrite: Callable[[], None] | None = None) -> int:
+                 before_rewrite: Callable[[], None] | None = None,
+                 before_commit: Callable[[], None] | None = None) -> int:
     """Rewrite every bronze object of the source holding a matched record; returns records removed.
-    ``before_rewrite`` is called once, before the first object is written.
+    ``before_rewrite`` is called once, before the first object is written; ``before_commit`` once,
+    when every object has been read (``matcher`` has seen every record) and before the segments
+    name the new objects (what commits the source's erasure).
 
     Each new object is in ``bronze.PENDING`` from before it is written (or found already there)
     until the segments name it: another source's collection in between would delete bytes the
@@ -381,6 +385,8 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher,
             _save_retention_cache(store, spec, oldest)
         if not replaced:
             return 0
+        if before_commit is not None:
+            before_commit()
         # Only the segments whose entries moved: every expired object becomes the same empty one,
         # and matching segments by the new objects' names rewrote (and fsynced) every segment any
         # earlier pass had emptied, each day (174 of 200 after 200 daily runs)
@@ -740,59 +746,105 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
     rows: dict[str, dict[str, int]] = {}
     values = {subject_id, opaque_session_id(subject_id), pseudonym(secret, subject_id),
               session_pseudonym(secret, subject_id)}
-    pending_file = settings.state_dir / PENDING_FILE
     subject_key = _key(secret, kind, subject_id)
-    pending = json.loads(pending_file.read_text(encoding="utf-8")) if pending_file.exists() else None
-    resume = pending is not None and pending["subject"] == subject_key
+    pending_file = settings.state_dir / PENDING_DIR / f"{subject_key}.json"
+    pending = _pending(settings, subject_key)
+    phase = pending.get("phase", "rebuild") if pending else None  # (an earlier version's: bronze was done)
+
+    # What is needed to finish (a retry of the same command), kept privately from before bronze is
+    # first changed until the snapshots are clean; it names no id, only the subject's HMAC and the
+    # linked record ids. One file per subject: a second forget finishing removed the first's, which
+    # could then never be finished.
+    def save_pending(now: str) -> None:
+        bronze_mod._atomic_write(pending_file, json.dumps(
+            {"subject": subject_key, "phase": now, "values": sorted(values - {subject_id}), "rows": rows}
+        ).encode("utf-8"))
+
     with writer_lock(settings):
         all_keys = erased_keys(settings) | keys
-        if resume:  # bronze is done; the rebuild or the snapshots were interrupted: finish them
+        if pending:
             rows, values = pending["rows"], values | set(pending["values"])
         # Sources whose records carry links (interaction ids) go first: their carried keys
-        # erase the linked records of the others.
-        for spec in [] if resume else sorted(specs.values(), key=lambda s: not s.carries):
+        # erase the linked records of the others. Each source's erasure commits on its own: the
+        # keys it carried and what it removed are saved before it does, so a run killed between
+        # two sources is finished by running it again (the keys reach the linked records, which
+        # were missed when the first source, already erased, carried none the second time).
+        for spec in [] if phase == "rebuild" else sorted(specs.values(), key=lambda s: not s.carries):
             if not spec.subjects:
                 continue
             matcher = Matcher(spec, secret, all_keys, mention=mention(subject_id))
-            n = scrub_bronze(settings, spec, matcher)
+
+            def before_commit(spec=spec, matcher=matcher) -> None:
+                # (found again by a retry, the earlier attempt did not commit: counted once)
+                rows[spec.name] = {"bronze": matcher.removed}
+                values.update(matcher.values)
+                _save_keys(settings, all_keys | matcher.carried)
+                save_pending("bronze")
+
+            scrub_bronze(settings, spec, matcher, before_commit=before_commit)
             all_keys |= matcher.carried
             values |= matcher.values
-            if n:
-                rows[spec.name] = {"bronze": n}
         if not rows:
             raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
                                  "(check the id; an id already forgotten matches nothing)")
         _save_keys(settings, all_keys)
-
-        # Until the snapshots are clean, what is needed to finish (a retry of the same command)
-        # is kept privately; it names no id, only the subject's HMAC and the linked record ids.
-        # Written as soon as bronze is erased: a retry finds nothing left there to erase, and a
-        # state database another process held (below) left no way to finish.
-        def save_pending() -> None:
-            bronze_mod._atomic_write(pending_file, json.dumps(
-                {"subject": subject_key, "values": sorted(values - {subject_id}), "rows": rows}).encode("utf-8"))
-
-        save_pending()
+        save_pending("rebuild")
         with state_connection(settings, lock=False) as con:
+            # the rows the rebuild will not hold: counted now, not as a difference (the rebuild
+            # reads what producers appended meanwhile: a difference went negative)
+            condition = subject_condition(subject_id, values)
             for name, c in rows.items():
-                if "raw" not in c:  # counted before the rebuild (a retry that stopped here counts now)
-                    c["raw"], c["staging"] = _count(con, f"raw.{name}"), _count(con, f"staging.{name}")
+                if "raw" not in c:  # (a retry after the rebuild keeps what was counted before it)
+                    c["raw"], c["staging"] = (_count_where(con, f"{layer}.{name}", condition)
+                                              for layer in ("raw", "staging"))
             _scrub_run_log(con, subject_id, values)
             forget_baselines(con)  # row hashes of the subject's records: recomputed by the next run
-        save_pending()
+        save_pending("rebuild")
     rebuild()
     snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values), legacy=True)
     with state_connection(settings) as con:
-        for name, c in rows.items():
-            c["raw"] -= _count(con, f"raw.{name}")
-            c["staging"] -= _count(con, f"staging.{name}")
         first = next(iter(sorted(rows)))
         rows[first]["snapshot"] = snapshot_rows  # snapshot rows are per dataset, not per source
         record_erasure(con, kind, rows, snapshots)
     with writer_lock(settings):
         compact_state(settings)
-        pending_file.unlink(missing_ok=True)
+        for path in _pending_files(settings, subject_key):
+            path.unlink()
     return ForgetResult(kind, rows, snapshots)
+
+
+def _pending_files(settings: Settings, subject_key: str) -> list[Path]:
+    """The subject's unfinished erasure: its own file, and an earlier version's one file when it
+    names this subject."""
+    found = []
+    for path in (settings.state_dir / PENDING_DIR / f"{subject_key}.json", settings.state_dir / PENDING_FILE):
+        if path.exists() and json.loads(path.read_text(encoding="utf-8")).get("subject") == subject_key:
+            found.append(path)
+    return found
+
+
+def _pending(settings: Settings, subject_key: str) -> dict | None:
+    files = _pending_files(settings, subject_key)
+    return json.loads(files[0].read_text(encoding="utf-8")) if files else None
+
+
+def unfinished_erasures(settings: Settings) -> list[str]:
+    """When each unfinished erasure was last saved (UTC, to the second): a ``forget`` interrupted
+    after it changed bronze, whose subject the published data still holds until it is run again."""
+    files = [*(settings.state_dir / PENDING_DIR).glob("*.json"), settings.state_dir / PENDING_FILE]
+    return sorted(datetime.fromtimestamp(f.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+                  for f in files if f.exists())
+
+
+def _count_where(con: duckdb.DuckDBPyConnection, table: str, condition) -> int:
+    """Rows of ``table`` that ``condition(table, columns)`` selects (0 when it selects none, or
+    there is no such table)."""
+    try:
+        columns = [{"name": name, "type": kind} for name, kind, *_ in con.execute(f"describe {table}").fetchall()]
+    except duckdb.CatalogException:
+        return 0
+    where = condition(table, columns)
+    return con.execute(f"select count(*) from {table} where {where}").fetchone()[0] if where else 0
 
 
 def compact_state(settings: Settings) -> None:

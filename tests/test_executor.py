@@ -4,6 +4,7 @@ rest: the writer lock, the run's record, the state connection and the pseudonym 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -545,3 +546,25 @@ def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_re
         assert con.execute("select status, error from ingest.runs where run_id = 'failed-run'").fetchone() \
             == ("failed", "step x failed")
     assert not any((settings.state_dir / PENDING_FAILURES).iterdir())
+
+
+def test_a_run_killed_while_it_published_is_recorded_as_having_published_nothing(settings):
+    """A run records its snapshot as published before writing it: killed then, its row named a
+    snapshot the next run removed as a leftover (failed, yet ``published``). Failing it clears
+    that, unless the snapshot is the current one (killed after the commit)."""
+    from dagster_project.pipeline import mark_failed
+
+    with state_connection(settings) as con:
+        prepare_state(con, settings)
+        for run_id, version in (("killed-before", "20261128T000000Z-aaaa"), ("killed-after", "20261128T000001Z-bbbb")):
+            record_run(con, run_id, mode="incremental")
+            con.execute("update ingest.runs set snapshot = ?, snapshot_status = 'published' where run_id = ?",
+                        [version, run_id])
+    settings.export_dir.mkdir(parents=True)
+    os.symlink(".snapshots/20261128T000001Z-bbbb", settings.export_dir / "current")
+    for run_id in ("killed-before", "killed-after"):
+        mark_failed(settings, run_id, "killed while it ran")
+    with state_connection(settings) as con:
+        assert con.execute("select run_id, status, snapshot, snapshot_status from ingest.runs order by run_id"
+                           ).fetchall() == [("killed-after", "failed", "20261128T000001Z-bbbb", "published"),
+                                            ("killed-before", "failed", None, "not published")]

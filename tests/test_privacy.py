@@ -368,13 +368,98 @@ def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
     with pytest.raises(RuntimeError):
         privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
     assert SESSION.encode() not in bronze_bytes(lake)
-    pending = (lake.state_dir / privacy.PENDING_FILE).read_text()
+    [pending_file] = (lake.state_dir / privacy.PENDING_DIR).glob("*.json")
+    pending = pending_file.read_text()
     assert SESSION not in pending
     assert snapshot_rows_naming(lake, [SESSION])  # not finished yet
 
     done = privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
     assert done.rows["interactions"]["bronze"] > 0 and done.rows["interactions"]["raw"] > 0
     assert snapshot_rows_naming(lake, [SESSION]) == {} and state_rows_naming(lake, [SESSION]) == {}
-    assert not (lake.state_dir / privacy.PENDING_FILE).exists()
+    assert not pending_file.exists() and not privacy.unfinished_erasures(lake)
     with pytest.raises(privacy.NothingToErase):
         privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
+
+
+OTHER = "c29e9a50-2bbd-4713-86e6-2b9105a1294e"  # another sample session with feedback on its interactions
+
+
+def _linked_feedback(settings, ids: list[str]) -> int:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        return con.execute("select count(*) from staging.feedback where record_id in (select unnest(?))",
+                           [ids]).fetchone()[0]
+    finally:
+        con.close()
+
+
+def _interaction_ids(settings, session: str) -> list[str]:
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        return [r[0] for r in con.execute("select id from staging.interactions where session_id = ?",
+                                          [session]).fetchall()]
+    finally:
+        con.close()
+
+
+def test_a_forget_killed_between_two_sources_is_finished_by_running_it_again(lake, monkeypatch):
+    """Each source's bronze erasure commits on its own. A forget killed after the interactions
+    were erased and before the feedback: running it again found no interaction of the session,
+    so it carried no interaction id, and the feedback on them stayed in every layer for good
+    (with no pending file, nothing said the erasure was unfinished)."""
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    ids = _interaction_ids(lake, SESSION)
+    assert _linked_feedback(lake, ids) > 0
+    scrub = privacy.scrub_bronze
+
+    def killed_at_feedback(settings, spec, matcher, **hooks):
+        if spec.name == "feedback":
+            raise RuntimeError("killed")
+        return scrub(settings, spec, matcher, **hooks)
+
+    monkeypatch.setattr(privacy, "scrub_bronze", killed_at_feedback)
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: None)
+    monkeypatch.setattr(privacy, "scrub_bronze", scrub)
+    assert privacy.unfinished_erasures(lake)  # said by every run and by `flywheel status`
+    assert any("an erasure (`flywheel forget`) was interrupted" in w for w in run_pipeline(lake).warnings)
+    done = privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert done.rows["interactions"]["bronze"] > 0 and done.rows["feedback"]["bronze"] > 0
+    assert _linked_feedback(lake, ids) == 0
+    assert snapshot_rows_naming(lake, [SESSION, *ids]) == {} and not privacy.unfinished_erasures(lake)
+
+
+def test_two_unfinished_forgets_are_each_finished_and_counted_without_what_came_meanwhile(lake):
+    """One pending file served every erasure: a second forget finishing removed the first's,
+    which could then never be finished (its session stayed in the kept snapshots). And the rows
+    removed from raw and staging were counted as a difference across the rebuild, which reads
+    what producers appended meanwhile: ``raw -449 rows``."""
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    def crash() -> None:
+        raise RuntimeError("killed during the rebuild")
+
+    mine = len(_interaction_ids(lake, SESSION))
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    mine_raw = con.execute("select count(*) from raw.interactions where session_id = ?", [SESSION]).fetchone()[0]
+    con.close()
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
+    other_ids = _interaction_ids(lake, OTHER)
+    privacy.forget(lake, "session", OTHER, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert _linked_feedback(lake, other_ids) == 0 and len(privacy.unfinished_erasures(lake)) == 1
+
+    def rebuild_with_new_lines() -> None:  # a producer appends while the rebuild runs
+        day = next((lake.raw_dir / "interactions").glob("interactions_*.jsonl"))
+        line = json.loads(day.read_text().splitlines()[0])
+        with day.open("a") as fh:
+            for i in range(50):
+                fh.write(json.dumps({**line, "id": f"appended-{i:04d}"}) + "\n")
+        assert run_pipeline(lake, full_refresh=True).success
+
+    done = privacy.forget(lake, "session", SESSION, builtin_sources(), rebuild_with_new_lines)
+    assert (done.rows["interactions"]["raw"], done.rows["interactions"]["staging"]) == (mine_raw, mine)  # (a version twice)
+    assert snapshot_rows_naming(lake, [SESSION]) == {} and not privacy.unfinished_erasures(lake)

@@ -263,12 +263,14 @@ def forget_files(settings: Settings, paths: list[tuple[str, str]]) -> None:
     the next run replays every byte bronze holds for them (nothing is re-read or lost)."""
     from dagster_project.engine import ensure_schema, reset_source
     from dagster_project.engine.accounting import check_legacy_raw
+    from dagster_project.sources import load_sources
 
+    enabled = set(load_sources(settings.sources_file))
     with state_connection(settings) as con:
         ensure_schema(con)
         sources = sorted({source for source, _ in paths})
-        for source in sources:  # all refused before any is reset
-            check_legacy_raw(con, settings, source)
+        for source in sources:  # all refused before any is reset (a disabled one: its files are not read again)
+            check_legacy_raw(con, settings, source, read_files=source in enabled)
         for source in sources:
             reset_source(con, source)
 
@@ -467,14 +469,20 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
 
 
 def _unpublished(con, settings: Settings, run_id: str) -> None:
-    """A run killed while it published recorded its snapshot as published before writing it: the
-    row named a snapshot the next run removed as a leftover. Unless it is the current one (killed
-    after the commit), the run published nothing."""
-    from dagster_project.publishing.snapshot import current_version
+    """A run killed while it published recorded its snapshot as published before writing it (the
+    run log it publishes says so): the row named a snapshot the next run removed as a leftover.
+    Committed, it is the current snapshot or, once a later run published, an older one still
+    kept (names only grow: a snapshot never committed is newer than the current one, and is gone
+    once a later run published); else the run published nothing."""
+    from dagster_project.publishing.snapshot import MANIFEST, current_version, snapshots_dir
 
-    con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' where run_id = ? "
-                "and snapshot_status = 'published' and snapshot is distinct from ?",
-                [run_id, current_version(settings.export_dir)])
+    row = con.execute("select snapshot from ingest.runs where run_id = ? and snapshot_status = 'published'",
+                      [run_id]).fetchone()
+    current = current_version(settings.export_dir)
+    if row is None or row[0] is None or (current is not None and row[0] <= current
+                                         and (snapshots_dir(settings.export_dir) / row[0] / MANIFEST).exists()):
+        return
+    con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' where run_id = ?", [run_id])
 
 
 def record_pending_failures(con, settings: Settings) -> None:

@@ -28,7 +28,8 @@ import json
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -738,29 +739,41 @@ class ForgetResult:
 def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, SourceSpec], rebuild) -> ForgetResult:
     """Erase one subject from bronze, then ``rebuild()`` (a full refresh that publishes), then
     from every kept snapshot. Raises NothingToErase when no record names the subject."""
+    secret = _secret(settings)
+    subject_key = _key(secret, kind, subject_id)
+    # held for the whole erasure: a forget of the same subject waits, and ``unfinished_erasures``
+    # does not call one still running interrupted
+    with _subject_lock(settings, subject_key):
+        return _forget(settings, kind, subject_id, specs, rebuild, secret, subject_key)
+
+
+def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, SourceSpec], rebuild,
+            secret: bytes, subject_key: str) -> ForgetResult:
     from dagster_project.state import state_connection, writer_lock
     from dagster_project.validation import forget_baselines
 
-    secret = _secret(settings)
     keys = subject_keys(secret, kind, subject_id)
     rows: dict[str, dict[str, int]] = {}
     values = {subject_id, opaque_session_id(subject_id), pseudonym(secret, subject_id),
               session_pseudonym(secret, subject_id)}
-    subject_key = _key(secret, kind, subject_id)
     pending_file = settings.state_dir / PENDING_DIR / f"{subject_key}.json"
-    pending = _pending(settings, subject_key)
-    phase = pending.get("phase", "rebuild") if pending else None  # (an earlier version's: bronze was done)
 
     # What is needed to finish (a retry of the same command), kept privately from before bronze is
-    # first changed until the snapshots are clean; it names no id, only the subject's HMAC and the
+    # first changed until the state is compacted; it names no id, only the subject's HMAC and the
     # linked record ids. One file per subject: a second forget finishing removed the first's, which
-    # could then never be finished.
+    # could then never be finished. Phases: bronze (erasing it), rebuild (bronze done), recorded
+    # (``ingest.erasures`` written: a retry must not record it again).
     def save_pending(now: str) -> None:
         bronze_mod._atomic_write(pending_file, json.dumps(
             {"subject": subject_key, "phase": now, "values": sorted(values - {subject_id}), "rows": rows}
         ).encode("utf-8"))
 
     with writer_lock(settings):
+        pending = _pending(settings, subject_key)
+        # an earlier version's file has no phase (its bronze was done) and counted raw and staging
+        # as the tables' totals, the rows left after the rebuild to be taken from them
+        phase = pending.get("phase", "rebuild") if pending else None
+        totals = pending is not None and "phase" not in pending
         all_keys = erased_keys(settings) | keys
         if pending:
             rows, values = pending["rows"], values | set(pending["values"])
@@ -769,7 +782,7 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
         # keys it carried and what it removed are saved before it does, so a run killed between
         # two sources is finished by running it again (the keys reach the linked records, which
         # were missed when the first source, already erased, carried none the second time).
-        for spec in [] if phase == "rebuild" else sorted(specs.values(), key=lambda s: not s.carries):
+        for spec in sorted(specs.values(), key=lambda s: not s.carries) if phase in (None, "bronze") else []:
             if not spec.subjects:
                 continue
             matcher = Matcher(spec, secret, all_keys, mention=mention(subject_id))
@@ -787,30 +800,74 @@ def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sour
         if not rows:
             raise NothingToErase(f"no record in the bronze record names {kind} {subject_id!r}: nothing erased "
                                  "(check the id; an id already forgotten matches nothing)")
+        # objects no segment names: a scrub killed between its segments and its collection left
+        # the subject's old object, which no later scrub (nothing left to replace) collected
+        collect_objects(settings)
         _save_keys(settings, all_keys)
-        save_pending("rebuild")
-        with state_connection(settings, lock=False) as con:
-            # the rows the rebuild will not hold: counted now, not as a difference (the rebuild
-            # reads what producers appended meanwhile: a difference went negative)
-            condition = subject_condition(subject_id, values)
-            for name, c in rows.items():
-                if "raw" not in c:  # (a retry after the rebuild keeps what was counted before it)
-                    c["raw"], c["staging"] = (_count_where(con, f"{layer}.{name}", condition)
-                                              for layer in ("raw", "staging"))
-            _scrub_run_log(con, subject_id, values)
-            forget_baselines(con)  # row hashes of the subject's records: recomputed by the next run
-        save_pending("rebuild")
-    rebuild()
+        if phase != "recorded":
+            save_pending("rebuild")
+            with state_connection(settings, lock=False) as con:
+                # the rows the rebuild will not hold: counted now, not as a difference (the rebuild
+                # reads what producers appended meanwhile: a difference went negative)
+                condition = subject_condition(subject_id, values)
+                for name, c in rows.items():
+                    if "raw" not in c:  # (a retry after the rebuild keeps what was counted before it)
+                        c["raw"], c["staging"] = (_count_where(con, f"{layer}.{name}", condition)
+                                                  for layer in ("raw", "staging"))
+                _scrub_run_log(con, subject_id, values)
+                forget_baselines(con)  # row hashes of the subject's records: recomputed by the next run
+            save_pending("rebuild")
+    if phase != "recorded":
+        rebuild()
     snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values), legacy=True)
-    with state_connection(settings) as con:
-        first = next(iter(sorted(rows)))
-        rows[first]["snapshot"] = snapshot_rows  # snapshot rows are per dataset, not per source
-        record_erasure(con, kind, rows, snapshots)
+    if phase != "recorded":
+        with state_connection(settings) as con:
+            if totals:
+                for name, c in rows.items():
+                    c["raw"] -= _count(con, f"raw.{name}")
+                    c["staging"] -= _count(con, f"staging.{name}")
+            first = next(iter(sorted(rows)))
+            rows[first]["snapshot"] = snapshot_rows  # snapshot rows are per dataset, not per source
+            record_erasure(con, kind, rows, snapshots)
+            save_pending("recorded")
     with writer_lock(settings):
         compact_state(settings)
         for path in _pending_files(settings, subject_key):
             path.unlink()
     return ForgetResult(kind, rows, snapshots)
+
+
+@contextmanager
+def _subject_lock(settings: Settings, subject_key: str) -> Iterator[None]:
+    """An exclusive lock on ``erase_pending/<subject>.lock`` for as long as the block runs."""
+    import fcntl
+
+    path = settings.state_dir / PENDING_DIR / f"{subject_key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if not (path.with_suffix(".json")).exists():  # finished (or nothing erased): no file left
+                path.unlink(missing_ok=True)
+
+
+def _running(lock: Path) -> bool:
+    """A forget holds this subject's lock."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)  # (not created: a subject no forget is running for has none)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _pending_files(settings: Settings, subject_key: str) -> list[Path]:
@@ -829,11 +886,19 @@ def _pending(settings: Settings, subject_key: str) -> dict | None:
 
 
 def unfinished_erasures(settings: Settings) -> list[str]:
-    """When each unfinished erasure was last saved (UTC, to the second): a ``forget`` interrupted
-    after it changed bronze, whose subject the published data still holds until it is run again."""
-    files = [*(settings.state_dir / PENDING_DIR).glob("*.json"), settings.state_dir / PENDING_FILE]
-    return sorted(datetime.fromtimestamp(f.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-                  for f in files if f.exists())
+    """When each unfinished erasure was last saved (UTC, to the second), one per subject: a
+    ``forget`` that stopped after it changed bronze, whose subject the published data may still
+    hold until it is run again (one still running is not listed)."""
+    when: dict[str, float] = {}
+    for path in [*(settings.state_dir / PENDING_DIR).glob("*.json"), settings.state_dir / PENDING_FILE]:
+        try:
+            subject = json.loads(path.read_text(encoding="utf-8"))["subject"]
+            saved = path.stat().st_mtime
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not _running(settings.state_dir / PENDING_DIR / f"{subject}.lock"):
+            when[subject] = max(saved, when.get(subject, saved))
+    return sorted(datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") for t in when.values())
 
 
 def _count_where(con: duckdb.DuckDBPyConnection, table: str, condition) -> int:

@@ -554,17 +554,25 @@ def test_a_run_killed_while_it_published_is_recorded_as_having_published_nothing
     that, unless the snapshot is the current one (killed after the commit)."""
     from dagster_project.pipeline import mark_failed
 
+    runs = {"killed-before": "20261128T000003Z-aaaa",  # never committed: newer than the current one
+            "killed-after": "20261128T000002Z-bbbb",  # committed: the current one
+            "failed-after": "20261128T000001Z-cccc",  # committed, then another run published: kept
+            "killed-leftover": "20261128T000000Z-dddd"}  # never committed, removed by a later publish
     with state_connection(settings) as con:
         prepare_state(con, settings)
-        for run_id, version in (("killed-before", "20261128T000000Z-aaaa"), ("killed-after", "20261128T000001Z-bbbb")):
+        for run_id, version in runs.items():
             record_run(con, run_id, mode="incremental")
             con.execute("update ingest.runs set snapshot = ?, snapshot_status = 'published' where run_id = ?",
                         [version, run_id])
-    settings.export_dir.mkdir(parents=True)
-    os.symlink(".snapshots/20261128T000001Z-bbbb", settings.export_dir / "current")
-    for run_id in ("killed-before", "killed-after"):
+    for version in ("20261128T000003Z-aaaa", "20261128T000002Z-bbbb", "20261128T000001Z-cccc"):
+        (settings.export_dir / ".snapshots" / version).mkdir(parents=True)
+        (settings.export_dir / ".snapshots" / version / "manifest.json").write_text("{}")
+    os.symlink(".snapshots/20261128T000002Z-bbbb", settings.export_dir / "current")
+    for run_id in runs:
         mark_failed(settings, run_id, "killed while it ran")
     with state_connection(settings) as con:
         assert con.execute("select run_id, status, snapshot, snapshot_status from ingest.runs order by run_id"
-                           ).fetchall() == [("killed-after", "failed", "20261128T000001Z-bbbb", "published"),
-                                            ("killed-before", "failed", None, "not published")]
+                           ).fetchall() == [("failed-after", "failed", "20261128T000001Z-cccc", "published"),
+                                            ("killed-after", "failed", "20261128T000002Z-bbbb", "published"),
+                                            ("killed-before", "failed", None, "not published"),
+                                            ("killed-leftover", "failed", None, "not published")]

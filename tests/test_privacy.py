@@ -463,3 +463,77 @@ def test_two_unfinished_forgets_are_each_finished_and_counted_without_what_came_
     done = privacy.forget(lake, "session", SESSION, builtin_sources(), rebuild_with_new_lines)
     assert (done.rows["interactions"]["raw"], done.rows["interactions"]["staging"]) == (mine_raw, mine)  # (a version twice)
     assert snapshot_rows_naming(lake, [SESSION]) == {} and not privacy.unfinished_erasures(lake)
+
+
+def test_a_forget_killed_at_any_later_point_is_finished_once_and_leaves_no_old_object(lake, monkeypatch):
+    """Killed after a source's segments were rewritten but before its old objects were
+    collected, the subject's old object stayed (no later scrub replaced anything, so none
+    collected it); killed while the state was compacted, a retry recorded the erasure twice; a
+    forget still running was reported as interrupted."""
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    collect, scrub = privacy.collect_objects, privacy.scrub_bronze
+
+    def killed(settings):
+        raise RuntimeError("killed")
+
+    def scrub_without_collecting(*args, **kwargs):
+        monkeypatch.setattr(privacy, "collect_objects", lambda settings: 0)
+        try:
+            return scrub(*args, **kwargs)
+        finally:
+            monkeypatch.setattr(privacy, "collect_objects", collect)
+
+    monkeypatch.setattr(privacy, "collect_objects", killed)  # the first source's collection
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: None)
+    monkeypatch.setattr(privacy, "collect_objects", collect)
+    monkeypatch.setattr(privacy, "scrub_bronze", scrub_without_collecting)  # no later scrub collects
+    compact = privacy.compact_state
+    monkeypatch.setattr(privacy, "compact_state", killed)
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert SESSION.encode() not in bronze_bytes(lake)
+    monkeypatch.setattr(privacy, "compact_state", compact)
+    key = privacy._key(privacy._secret(lake), "session", SESSION)
+    with privacy._subject_lock(lake, key):  # a forget of it running
+        assert privacy.unfinished_erasures(lake) == []
+    assert len(privacy.unfinished_erasures(lake)) == 1
+    privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: pytest.fail("rebuilt again"))
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    try:
+        assert con.execute("select source, count(*) from ingest.erasures group by all having count(*) > 1"
+                           ).fetchall() == []
+    finally:
+        con.close()
+    assert not privacy.unfinished_erasures(lake)
+
+
+def test_an_earlier_versions_pending_erasure_is_finished_with_its_counts(lake):
+    """An earlier version kept one ``erase_pending.json`` with no phase, its raw and staging
+    counts the tables' totals before the rebuild (the rows left after it to be taken away)."""
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    def crash() -> None:
+        raise RuntimeError("killed during the rebuild")
+
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    mine_raw = con.execute("select count(*) from raw.interactions where session_id = ?", [SESSION]).fetchone()[0]
+    totals = {name: (con.execute(f"select count(*) from raw.{name}").fetchone()[0],
+                     con.execute(f"select count(*) from staging.{name}").fetchone()[0])
+              for name in ("interactions", "feedback", "session_ratings", "eventlog")}
+    con.close()
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
+    [new] = (lake.state_dir / privacy.PENDING_DIR).glob("*.json")
+    pending = json.loads(new.read_text())
+    for name, c in pending["rows"].items():
+        c["raw"], c["staging"] = totals[name]
+    del pending["phase"]
+    (lake.state_dir / privacy.PENDING_FILE).write_text(json.dumps(pending))
+    new.unlink()
+    done = privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert done.rows["interactions"]["raw"] == mine_raw
+    assert not (lake.state_dir / privacy.PENDING_FILE).exists() and not privacy.unfinished_erasures(lake)

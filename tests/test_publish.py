@@ -818,6 +818,21 @@ def test_an_empty_dataset_over_a_non_empty_one_needs_the_flag(tmp_path):
     verify_snapshot(tmp_path / "exports")
 
 
+def test_a_mart_listing_exceptions_may_empty(tmp_path):
+    """Promotion candidates, orphan feedback, signal conflicts and missed files are empty in the
+    normal course (a signal decays, an interaction arrives): emptied, they failed every run."""
+    state = toy_state(tmp_path / "state.duckdb", months=1, per_month=20)
+    con = duckdb.connect(str(state))
+    con.execute("create table marts.promotion_candidates as select 'use ripgrep' as signal, 0.9 as strength")
+    con.close()
+    publish(state, tmp_path, "first")
+    con = duckdb.connect(str(state))
+    con.execute("delete from marts.promotion_candidates")  # decayed below the threshold
+    con.close()
+    emptied = publish(state, tmp_path, "second")
+    assert emptied.status == "published" and emptied.manifest["datasets"]["analytics/promotion_candidates"]["rows"] == 0
+
+
 def test_raw_ids_are_pseudonymised_and_a_leak_blocks_the_publish(tmp_path):
     state = toy_state(tmp_path / "state.duckdb", months=1, per_month=20)
     published = publish(state, tmp_path, "first")

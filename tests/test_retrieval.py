@@ -125,6 +125,12 @@ def test_scenario_rank_mode_utility_missed_usage():
         ("src/lib.rs",), ("src/util.rs",), ("src/lib.rs",)]
 
 
+def test_feedback_report_says_how_many_ranks_it_leaves_out():
+    con = scenario().con
+    assert "more ranks" not in feedback_report(con)
+    assert "  … 2 more ranks in marts.retrieval_precision_by_rank\n" in feedback_report(con, ranks=1)
+
+
 def test_feedback_report_layout():
     report = feedback_report(scenario().con)
     assert report == """

@@ -85,9 +85,11 @@ def feedback_report(con: duckdb.DuckDBPyConnection, top: int = 10, ranks: int = 
              f"MRR: {'n/a' if mrr is None else f'{mrr:.3f}'}",
              f"Mean nDCG: {'n/a' if mean_ndcg is None else f'{mean_ndcg:.3f}'}",
              "", "Precision by rank:"]
-    by_rank = con.execute("select rank, precision from marts.retrieval_precision_by_rank "
+    by_rank = con.execute("select rank, precision, count(*) over () from marts.retrieval_precision_by_rank "
                           "order by rank limit ?", [ranks]).fetchall()
-    lines.append("  " + "  ".join(f"#{r}: {_pct(p, 0)}" for r, p in by_rank) if by_rank else "  (none)")
+    lines.append("  " + "  ".join(f"#{r}: {_pct(p, 0)}" for r, p, _ in by_rank) if by_rank else "  (none)")
+    if by_rank and by_rank[0][2] > len(by_rank):  # (the others were left out without a word)
+        lines.append(f"  … {by_rank[0][2] - len(by_rank)} more ranks in marts.retrieval_precision_by_rank")
 
     lines += ["", "High utility files (retrieved → committed):"]
     utility = con.execute(

@@ -88,7 +88,7 @@ class Settings:
     retention_confirm: int | None = None
     # the raw root a run may read instead of the recorded one (FLYWHEEL_RAW_DIR_CONFIRM: ``_raw_root_problem``)
     raw_dir_confirm: Path | None = None
-    # rebuild raw from the files where a state from before the bronze record holds rows (``engine._legacy_raw``)
+    # rebuild raw from the files where a state from before the bronze record holds rows (``check_legacy_raw``)
     legacy_rebuild: bool = False
     keep_snapshots: int = 5  # published snapshots kept readable (time travel)
     keep_runs: int = 200  # finished runs whose Dagster history is kept (0: all; ``history``)

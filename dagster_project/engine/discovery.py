@@ -66,7 +66,7 @@ class StoredPathClash(ValueError):
 def _escaped(found: dict[str, str]) -> list[tuple[str, str]]:
     """``found`` with every stored path as text (``_text``). A name whose bytes are not UTF-8
     could then read as another file's real name (``x_\\xff.jsonl``, backslash and all): the two
-    were one path, read in turn as each other's rewrites on every run. Refused, naming both."""
+    were one path, read in turn as each other's rewrites on every run. Refused, naming the file."""
     out: dict[str, str] = {}
     for stored, real in found.items():
         text = _text(stored)

@@ -452,13 +452,12 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
     if not settings.state_db.exists():
         return
     from dagster_project.engine import ensure_schema
-    from dagster_project.state import WarehouseBusy, record_run, save_recent_runs
+    from dagster_project.state import WarehouseBusy, save_recent_runs
 
     try:
         with writer_lock(settings, wait_seconds=wait_seconds), state_connection(settings) as con:
             ensure_schema(con)
-            record_run(con, run_id, mode=mode, status="failed", error=error[:2000])
-            _unpublished(con, settings, run_id)
+            _record_failed(con, settings, run_id, mode, error[:2000])
             save_recent_runs(con, settings)  # (a file not written is no failure of the run's)
     except (WarehouseBusy, duckdb.IOException):  # held by a run, or open in another process
         pending = settings.state_dir / PENDING_FAILURES
@@ -466,6 +465,14 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
         tmp = pending / f".{run_id}.tmp"
         tmp.write_text(json.dumps({"run_id": run_id, "mode": mode, "error": error[:2000]}), encoding="utf-8")
         os.replace(tmp, pending / f"{run_id}.json")
+
+
+def _record_failed(con, settings: Settings, run_id: str, mode: str, error: str) -> None:
+    """The failed run's row in ``ingest.runs``, with no snapshot it never committed."""
+    from dagster_project.state import record_run
+
+    record_run(con, run_id, mode=mode, status="failed", error=error)
+    _unpublished(con, settings, run_id)
 
 
 def _unpublished(con, settings: Settings, run_id: str) -> None:
@@ -487,10 +494,7 @@ def _unpublished(con, settings: Settings, run_id: str) -> None:
 
 def record_pending_failures(con, settings: Settings) -> None:
     """Record the failures ``mark_failed`` could not, while another run held the database."""
-    from dagster_project.state import record_run
-
     for path in sorted((settings.state_dir / PENDING_FAILURES).glob("*.json")):
         failure = json.loads(path.read_text(encoding="utf-8"))
-        record_run(con, failure["run_id"], mode=failure["mode"], status="failed", error=failure["error"])
-        _unpublished(con, settings, failure["run_id"])
+        _record_failed(con, settings, failure["run_id"], failure["mode"], failure["error"])
         path.unlink()

@@ -528,7 +528,7 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
     (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots).
     ``legacy``: an older layout's exports moved aside too (``_scrub_legacy``; retention, which
     reaches staging tables only, has none to scrub there, and every run would look at them)."""
-    from dagster_project.publishing.parquet import PARQUET_OPTIONS, fsync_dir, fsync_file, lit, sha256_file
+    from dagster_project.publishing.parquet import fsync_dir, fsync_file, sha256_file
     from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
                                                      manifest_objects, snapshots_dir)
 
@@ -556,14 +556,11 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                     if (f["object"], where) in clean:
                         continue
                     file = snaps / version / path / f["name"]
-                    n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
+                    tmp = snaps / OBJECTS / f".tmp-erase-{os.getpid()}.parquet"
+                    n = _copy_without(con, file, where, tmp)
                     if not n:
                         clean.add((f["object"], where))
                         continue
-                    tmp = snaps / OBJECTS / f".tmp-erase-{os.getpid()}.parquet"
-                    con.execute(f"copy (select * from read_parquet({lit(file)}) where not coalesce({where}, false)) "
-                                f"to {lit(tmp)} ({PARQUET_OPTIONS})")
-                    fsync_file(tmp)
                     sha = sha256_file(tmp)
                     key = f"erased-{sha[:40]}"
                     obj = snaps / OBJECTS / f"{key}.parquet"
@@ -605,29 +602,39 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
 def _scrub_legacy(con: duckdb.DuckDBPyConnection, directory: Path, condition) -> int:
     """Rewrite the Parquet files under ``directory`` without the rows ``condition`` selects (by
     their columns; ``table`` is ``legacy``); returns the rows removed."""
-    from dagster_project.publishing.parquet import PARQUET_OPTIONS, fsync_dir, fsync_file, lit
+    from dagster_project.publishing.parquet import fsync_dir, lit
 
     removed = 0
     for file in sorted(directory.rglob("*.parquet")):
         try:
-            columns = [{"name": name, "type": kind} for name, kind, *_ in
-                       con.execute(f"describe select * from read_parquet({lit(file)})").fetchall()]
+            columns = _columns(con, f"select * from read_parquet({lit(file)})")
         except duckdb.Error:  # not Parquet (whatever the name): no reader finds rows in it either
             continue
         where = condition("legacy", columns)
-        if not where:
-            continue
-        n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
-        if not n:
-            continue
         tmp = file.with_name(f".{file.name}.erase")
+        if where and (n := _copy_without(con, file, where, tmp)):
+            os.replace(tmp, file)
+            fsync_dir(file.parent)
+            removed += n
+    return removed
+
+
+def _copy_without(con: duckdb.DuckDBPyConnection, file: Path, where: str, tmp: Path) -> int:
+    """How many rows of the Parquet ``file`` ``where`` selects; when some, ``file`` without them is
+    written (and fsynced) to ``tmp``."""
+    from dagster_project.publishing.parquet import PARQUET_OPTIONS, fsync_file, lit
+
+    n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
+    if n:
         con.execute(f"copy (select * from read_parquet({lit(file)}) where not coalesce({where}, false)) "
                     f"to {lit(tmp)} ({PARQUET_OPTIONS})")
         fsync_file(tmp)
-        os.replace(tmp, file)
-        fsync_dir(file.parent)
-        removed += n
-    return removed
+    return n
+
+
+def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[dict]:
+    """``relation``'s columns as a ``condition`` takes them: name and type."""
+    return [{"name": name, "type": kind} for name, kind, *_ in con.execute(f"describe {relation}").fetchall()]
 
 
 def _text_columns(columns: list[dict]) -> list[str]:
@@ -840,12 +847,11 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
 @contextmanager
 def _subject_lock(settings: Settings, subject_key: str) -> Iterator[None]:
     """An exclusive lock on ``erase_pending/<subject>.lock`` for as long as the block runs."""
-    import fcntl
+    from dagster_project.publishing.snapshot import _locked
 
     path = settings.state_dir / PENDING_DIR / f"{subject_key}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with _locked(path):
         try:
             yield
         finally:
@@ -905,7 +911,7 @@ def _count_where(con: duckdb.DuckDBPyConnection, table: str, condition) -> int:
     """Rows of ``table`` that ``condition(table, columns)`` selects (0 when it selects none, or
     there is no such table)."""
     try:
-        columns = [{"name": name, "type": kind} for name, kind, *_ in con.execute(f"describe {table}").fetchall()]
+        columns = _columns(con, table)
     except duckdb.CatalogException:
         return 0
     where = condition(table, columns)

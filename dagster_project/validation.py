@@ -1178,6 +1178,7 @@ VALIDATIONS_COLUMNS = {
 # the run log's files by, so a run's rows fall on the day it ran and earlier days' files never
 # change (``snapshot.APPEND_ONLY``). Written by its default: no insert names it.
 RECORDED_AT = "recorded_at timestamptz default current_timestamp"
+VALIDATIONS_ORDER = [*VALIDATIONS_COLUMNS, "recorded_at"]  # ingest.validations' columns, in order
 
 
 def _ensure_recorded_at(con: duckdb.DuckDBPyConnection, table: str, have: dict, stamp: str) -> None:
@@ -1192,7 +1193,7 @@ def ensure_validations_table(con: duckdb.DuckDBPyConnection) -> None:
     ensure_table(con, "ingest.validations",
                  ", ".join([*(f"{name} {kind}" for name, kind in VALIDATIONS_COLUMNS.items()), RECORDED_AT]))
     have = table_columns(con, "ingest.validations") or {}
-    if list(have) == [*VALIDATIONS_COLUMNS, "recorded_at"]:
+    if list(have) == VALIDATIONS_ORDER:
         return
     for name, kind in VALIDATIONS_COLUMNS.items():  # an older table: add what it lacks
         if name not in have:
@@ -1205,12 +1206,11 @@ def _reorder_validations_table(con: duckdb.DuckDBPyConnection) -> None:
     column order. A stale column (an early version's ``kind``) made every publish warn that it had
     no description, and the published table's columns differed from a new lake's. Before a run's
     steps (``ensure_tables``), outside any transaction."""
-    wanted = [*VALIDATIONS_COLUMNS, "recorded_at"]
     have = list(table_columns(con, "ingest.validations") or {})
-    if have != wanted:
+    if have != VALIDATIONS_ORDER:
         # the early ``kind`` held what ``expectation_type`` holds now
         columns = ["coalesce(expectation_type, kind) as expectation_type" if c == "expectation_type" and "kind" in have
-                   else c for c in wanted]
+                   else c for c in VALIDATIONS_ORDER]
         with transaction(con):
             con.execute(f"create or replace table ingest.validations_new as select {', '.join(columns)} "
                         "from ingest.validations")

@@ -83,12 +83,11 @@ def check_legacy_raw(con: duckdb.DuckDBPyConnection, settings, source: str, read
     deleted since were lost with no word. Refused (``LegacyStateError``) until confirmed with
     ``FLYWHEEL_LEGACY_REBUILD=1`` (``settings.legacy_rebuild``), and for a source whose files are
     not read (disabled); after the rebuild bronze holds all raw does."""
+    from dagster_project.privacy import _count
+
     if con.execute("select count(*) from ingest.bronze_applied where source = ?", [source]).fetchone()[0]:
         return False
-    try:
-        rows = con.execute(f"select count(*) from raw.{q(source)}").fetchone()[0]
-    except duckdb.CatalogException:
-        return False
+    rows = _count(con, f"raw.{q(source)}")
     if not rows:
         return False
     if not settings.legacy_rebuild or not read_files:

@@ -98,6 +98,22 @@ def held_open(path, read_only: bool = False):
         holder.wait()
 
 
+def unprivileged() -> tuple[str, ...]:
+    """The command a child runs under so that file modes bind it: when the tests run as root,
+    ``setpriv`` without the two capabilities that let root past any mode; else nothing."""
+    caps = "-dac_override,-dac_read_search"
+    return ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()
+
+
+@pytest.fixture
+def open_tmp():
+    """A directory another process may enter (pytest's own are 0700), removed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="flywheel-modes-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
 def run_dying(settings, patch: str, run_id: str = "crashed", sources=("interactions",),
               env: dict[str, str] | None = None, wrapper: tuple[str, ...] = (),
               timeout: float | None = None) -> subprocess.CompletedProcess:

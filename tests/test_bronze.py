@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import dumps, ingest, interaction, rows, run_dying, write_lines
+from conftest import dumps, ingest, interaction, rows, run_dying, unprivileged, write_lines
 from dagster_project.engine import bronze_usage, check_accounting
 from dagster_project.engine.bronze import Bronze
 from dagster_project.engine.readers import sqlite as sqlite_reader
@@ -276,7 +276,7 @@ def test_a_store_recreated_smaller_flags_every_old_row_whether_or_not_a_run_saw_
     check_accounting(con)
 
 
-def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
+def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later(open_tmp):
     """Permission denied, briefly (modes changed by a permissions fix): a directory that may not
     be listed had its files taken as gone, then read again whole as new generations (every line
     twice in raw, ``lines_read`` doubled; ``Path.glob``, for a glob with wildcards before its last
@@ -286,56 +286,47 @@ def test_files_where_the_run_may_not_look_are_kept_and_found_unchanged_later():
     for that run, its rows kept, the files beside it read as usual, and the next run finds it
     unchanged. When the tests run as root, the run that may not look runs without the two
     capabilities that let root past any mode (``setpriv``)."""
-    import shutil
-    import tempfile
-
     from dagster_project.settings import Settings
 
-    base = Path(tempfile.mkdtemp(prefix="flywheel-modes-"))  # not under pytest's 0700 directories
-    try:
-        base.chmod(0o755)
-        store_path = base / "tool" / "session_feedback.sqlite3"
-        store(store_path, ["r1", "r2"], journal="DELETE").close()
-        sources = base / "sources.yml"
-        sources.write_text(f"sources:\n  session_ratings:\n    globs: [{str(store_path)!r}]\n"
-                           "  interactions:\n    globs: ['interactions/interactions_*.jsonl', 'more/*/interactions_*.jsonl']\n")
-        env = {"FLYWHEEL_SOURCES": str(sources), "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"}
-        settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(base / "raw"), "FLYWHEEL_WAREHOUSE": str(base / "w.duckdb"),
-                                      "FLYWHEEL_EXPORT_DIR": str(base / "exports"), **env})
-        logs = settings.raw_dir / "interactions"
-        write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
-        write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(i)) for i in range(3, 5)])
-        deeper = settings.raw_dir / "more" / "a"  # its glob goes through Path.glob, which skips it unlisted
-        write_lines(deeper / "interactions_2026-02-26_00000003.jsonl", [dumps(interaction(5))])
+    base = open_tmp
+    store_path = base / "tool" / "session_feedback.sqlite3"
+    store(store_path, ["r1", "r2"], journal="DELETE").close()
+    sources = base / "sources.yml"
+    sources.write_text(f"sources:\n  session_ratings:\n    globs: [{str(store_path)!r}]\n"
+                       "  interactions:\n    globs: ['interactions/interactions_*.jsonl', 'more/*/interactions_*.jsonl']\n")
+    env = {"FLYWHEEL_SOURCES": str(sources), "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"}
+    settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(base / "raw"), "FLYWHEEL_WAREHOUSE": str(base / "w.duckdb"),
+                                  "FLYWHEEL_EXPORT_DIR": str(base / "exports"), **env})
+    logs = settings.raw_dir / "interactions"
+    write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(i)) for i in range(3)])
+    write_lines(logs / "interactions_2026-02-26_00000002.jsonl", [dumps(interaction(i)) for i in range(3, 5)])
+    deeper = settings.raw_dir / "more" / "a"  # its glob goes through Path.glob, which skips it unlisted
+    write_lines(deeper / "interactions_2026-02-26_00000003.jsonl", [dumps(interaction(5))])
 
-        queue = write_lines(settings.raw_dir / "weighted" / "training_queue.jsonl", queued(1))
-        elsewhere = write_lines(base / "elsewhere" / "queue.jsonl", queued(2))
-        (queue.parent / "training_queue_linked.jsonl").symlink_to(elsewhere)
-        sources_read = ["interactions", "session_ratings", "weighted_queue"]
-        con, _ = ingest(settings, "run-1", sources=sources_read)
-        con.close()
-        write_lines(queue, queued(3), mode="ab")  # beside the link that may not be followed: read
-        private = [logs, deeper, store_path.parent, elsewhere.parent]
-        for path in private:
-            path.chmod(0)
-        caps = "-dac_override,-dac_read_search"
-        done = run_dying(settings, "", run_id="run-2", sources=sources_read, env=env, wrapper=(
-            ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()))
-        for path in private:
-            path.chmod(0o755)
-        assert done.returncode == 0, done.stderr
-        con, reports = ingest(settings, "run-3", sources=sources_read)
-        assert {f.event for r in reports.values() for f in r.files} == {"unchanged"}
-        assert rows(con, "select run_id, event, count(*) from ingest.file_events group by all order by all") == [
-            ("run-2", "unreadable", 5)]
-        assert rows(con, "select source, lines_read, rows_loaded, generation from ingest.files order by source, path") == [
-            ("interactions", 3, 3, 1), ("interactions", 2, 2, 1), ("interactions", 1, 1, 1), ("session_ratings", 2, 2, 1),
-            ("weighted_queue", 1, 1, 1), ("weighted_queue", 2, 2, 1)]
-        assert rows(con, "select (select count(*) from raw.interactions), (select count(*) from raw.session_ratings), "
-                         "(select count(*) from raw.weighted_queue)") == [(6, 2, 3)]
-        con.close()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    queue = write_lines(settings.raw_dir / "weighted" / "training_queue.jsonl", queued(1))
+    elsewhere = write_lines(base / "elsewhere" / "queue.jsonl", queued(2))
+    (queue.parent / "training_queue_linked.jsonl").symlink_to(elsewhere)
+    sources_read = ["interactions", "session_ratings", "weighted_queue"]
+    con, _ = ingest(settings, "run-1", sources=sources_read)
+    con.close()
+    write_lines(queue, queued(3), mode="ab")  # beside the link that may not be followed: read
+    private = [logs, deeper, store_path.parent, elsewhere.parent]
+    for path in private:
+        path.chmod(0)
+    done = run_dying(settings, "", run_id="run-2", sources=sources_read, env=env, wrapper=unprivileged())
+    for path in private:
+        path.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    con, reports = ingest(settings, "run-3", sources=sources_read)
+    assert {f.event for r in reports.values() for f in r.files} == {"unchanged"}
+    assert rows(con, "select run_id, event, count(*) from ingest.file_events group by all order by all") == [
+        ("run-2", "unreadable", 5)]
+    assert rows(con, "select source, lines_read, rows_loaded, generation from ingest.files order by source, path") == [
+        ("interactions", 3, 3, 1), ("interactions", 2, 2, 1), ("interactions", 1, 1, 1), ("session_ratings", 2, 2, 1),
+        ("weighted_queue", 1, 1, 1), ("weighted_queue", 2, 2, 1)]
+    assert rows(con, "select (select count(*) from raw.interactions), (select count(*) from raw.session_ratings), "
+                     "(select count(*) from raw.weighted_queue)") == [(6, 2, 3)]
+    con.close()
 
 
 def test_row_updated_in_place_wins_and_deleted_row_is_flagged(settings):

@@ -36,6 +36,20 @@ def bronze_bytes(settings) -> bytes:
     return b"\n".join(out)
 
 
+def crash() -> None:
+    """A forget's rebuild, killed."""
+    raise RuntimeError("killed during the rebuild")
+
+
+def state_query(settings, sql: str, params=()) -> list[tuple]:
+    """``sql``'s rows in the state database, read as another process would (read-only)."""
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+
+
 def state_rows_naming(settings, needles: list[str]) -> dict[str, int]:
     con = duckdb.connect(str(settings.state_db), read_only=True)
     try:
@@ -171,11 +185,7 @@ def test_a_shorter_retention_window_is_applied_only_when_confirmed(lake):
     settings = lake
 
     def ratings() -> int:
-        con = duckdb.connect(str(settings.state_db), read_only=True)
-        try:
-            return con.execute("select count(*) from raw.session_ratings").fetchone()[0]
-        finally:
-            con.close()
+        return state_query(settings, "select count(*) from raw.session_ratings")[0][0]
 
     before = ratings()
     with pytest.raises(SettingsError) as refused:
@@ -338,14 +348,9 @@ def test_a_source_disabled_in_the_sources_file_is_still_forgotten_and_its_lake_k
     monkeypatch.setenv("FLYWHEEL_SOURCES", str(sources))
 
     def linked() -> tuple[int, int]:
-        con = duckdb.connect(str(settings.state_db), read_only=True)
-        try:
-            return con.execute(
-                "select (select count(*) from staging.feedback), (select count(*) from staging.feedback "
-                "where record_id in (select id from staging.interactions where session_id = ?))",
-                [SESSION]).fetchone()
-        finally:
-            con.close()
+        return state_query(settings, "select (select count(*) from staging.feedback), (select count(*) from "
+                           "staging.feedback where record_id in (select id from staging.interactions where session_id = ?))",
+                           [SESSION])[0]
 
     total, mine = linked()
     assert mine > 0
@@ -361,9 +366,6 @@ def test_a_source_disabled_in_the_sources_file_is_still_forgotten_and_its_lake_k
 def test_an_interrupted_forget_is_finished_by_running_it_again(lake):
     from dagster_project import privacy
     from dagster_project.sources import builtin_sources
-
-    def crash() -> None:
-        raise RuntimeError("killed during the rebuild")
 
     with pytest.raises(RuntimeError):
         privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
@@ -385,21 +387,12 @@ OTHER = "c29e9a50-2bbd-4713-86e6-2b9105a1294e"  # another sample session with fe
 
 
 def _linked_feedback(settings, ids: list[str]) -> int:
-    con = duckdb.connect(str(settings.state_db), read_only=True)
-    try:
-        return con.execute("select count(*) from staging.feedback where record_id in (select unnest(?))",
-                           [ids]).fetchone()[0]
-    finally:
-        con.close()
+    return state_query(settings, "select count(*) from staging.feedback where record_id in (select unnest(?))",
+                       [ids])[0][0]
 
 
 def _interaction_ids(settings, session: str) -> list[str]:
-    con = duckdb.connect(str(settings.state_db), read_only=True)
-    try:
-        return [r[0] for r in con.execute("select id from staging.interactions where session_id = ?",
-                                          [session]).fetchall()]
-    finally:
-        con.close()
+    return [r[0] for r in state_query(settings, "select id from staging.interactions where session_id = ?", [session])]
 
 
 def test_a_forget_killed_between_two_sources_is_finished_by_running_it_again(lake, monkeypatch):
@@ -439,13 +432,8 @@ def test_two_unfinished_forgets_are_each_finished_and_counted_without_what_came_
     from dagster_project import privacy
     from dagster_project.sources import builtin_sources
 
-    def crash() -> None:
-        raise RuntimeError("killed during the rebuild")
-
     mine = len(_interaction_ids(lake, SESSION))
-    con = duckdb.connect(str(lake.state_db), read_only=True)
-    mine_raw = con.execute("select count(*) from raw.interactions where session_id = ?", [SESSION]).fetchone()[0]
-    con.close()
+    [(mine_raw,)] = state_query(lake, "select count(*) from raw.interactions where session_id = ?", [SESSION])
     with pytest.raises(RuntimeError):
         privacy.forget(lake, "session", SESSION, builtin_sources(), crash)
     other_ids = _interaction_ids(lake, OTHER)
@@ -501,12 +489,7 @@ def test_a_forget_killed_at_any_later_point_is_finished_once_and_leaves_no_old_o
         assert privacy.unfinished_erasures(lake) == []
     assert len(privacy.unfinished_erasures(lake)) == 1
     privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: pytest.fail("rebuilt again"))
-    con = duckdb.connect(str(lake.state_db), read_only=True)
-    try:
-        assert con.execute("select source, count(*) from ingest.erasures group by all having count(*) > 1"
-                           ).fetchall() == []
-    finally:
-        con.close()
+    assert state_query(lake, "select source, count(*) from ingest.erasures group by all having count(*) > 1") == []
     assert not privacy.unfinished_erasures(lake)
 
 
@@ -515,9 +498,6 @@ def test_an_earlier_versions_pending_erasure_is_finished_with_its_counts(lake):
     counts the tables' totals before the rebuild (the rows left after it to be taken away)."""
     from dagster_project import privacy
     from dagster_project.sources import builtin_sources
-
-    def crash() -> None:
-        raise RuntimeError("killed during the rebuild")
 
     con = duckdb.connect(str(lake.state_db), read_only=True)
     mine_raw = con.execute("select count(*) from raw.interactions where session_id = ?", [SESSION]).fetchone()[0]

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import dumps, ingest, interaction, rows, run_dying, write_lines
+from conftest import dumps, ingest, interaction, rows, run_dying, unprivileged, write_lines
 from test_bronze import store
 
 LOGS = "interactions"
@@ -55,35 +54,28 @@ def test_a_file_name_that_is_not_utf8_is_read_under_an_escaped_name(settings):
     assert rows(con, "select count(*) from staging.interactions") == [(4,)]
 
 
-def test_a_wal_store_in_a_directory_we_may_not_write_is_unreadable_then_read(settings):
+def test_a_wal_store_in_a_directory_we_may_not_write_is_unreadable_then_read(settings, open_tmp):
     """SQLite reads a store in WAL mode only where its -shm file exists or can be created: in a
     directory of another user, or on a read-only mount, the open fails. That was taken for a
     corrupt store, and as the store's signature did not change, it stayed unread after access
     came back. It is now ``unreadable``, retried each run. (As root, the run that may not write
     runs without the two capabilities that let root past any mode.)"""
-    base = Path(tempfile.mkdtemp(prefix="flywheel-ro-"))  # not under pytest's 0700 directories
-    try:
-        base.chmod(0o755)
-        from dataclasses import replace
+    from dataclasses import replace
 
-        settings = replace(settings, raw_dir=base / "raw")
-        tool = settings.raw_dir / "sessions"
-        store(tool / "session_feedback.sqlite3", ["r1", "r2"]).close()  # WAL; closed: no -shm left
-        assert sorted(os.listdir(tool)) == ["session_feedback.sqlite3"]
-        tool.chmod(0o555)
-        caps = "-dac_override,-dac_read_search"
-        done = run_dying(settings, "", run_id="run-1", sources=("session_ratings",), wrapper=(
-            ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()))
-        tool.chmod(0o755)
-        assert done.returncode == 0, done.stderr
-        con, reports = ingest(settings, "run-2", sources=["session_ratings"])
-        assert [f.event for f in reports["session_ratings"].files] == ["new"]
-        assert rows(con, "select run_id, event from ingest.file_events") == [("run-1", "unreadable")]
-        assert rows(con, "select id from raw.session_ratings order by 1") == [("r1",), ("r2",)]
-        assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
-        con.close()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    settings = replace(settings, raw_dir=open_tmp / "raw")
+    tool = settings.raw_dir / "sessions"
+    store(tool / "session_feedback.sqlite3", ["r1", "r2"]).close()  # WAL; closed: no -shm left
+    assert sorted(os.listdir(tool)) == ["session_feedback.sqlite3"]
+    tool.chmod(0o555)
+    done = run_dying(settings, "", run_id="run-1", sources=("session_ratings",), wrapper=unprivileged())
+    tool.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    con, reports = ingest(settings, "run-2", sources=["session_ratings"])
+    assert [f.event for f in reports["session_ratings"].files] == ["new"]
+    assert rows(con, "select run_id, event from ingest.file_events") == [("run-1", "unreadable")]
+    assert rows(con, "select id from raw.session_ratings order by 1") == [("r1",), ("r2",)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    con.close()
 
 
 def test_a_partial_last_line_is_not_sealed_when_the_mtime_is_set_back(settings):
@@ -135,33 +127,27 @@ _engine.listing = _racing
     assert rows(con, "select count(*) from staging.interactions") == [(2,)]
 
 
-def test_a_source_directory_that_may_not_be_listed_is_warned_about_as_such(tmp_path):
+def test_a_source_directory_that_may_not_be_listed_is_warned_about_as_such(open_tmp):
     """A source whose directory may not be listed found no file, and the warning said "no files
     match": the user looked for a typo in a glob. It now names the directory and why."""
     import subprocess
     import sys
 
-    base = Path(tempfile.mkdtemp(prefix="flywheel-unlisted-"))  # not under pytest's 0700 directories
-    try:
-        base.chmod(0o755)
-        logs = base / "raw" / LOGS
-        write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(1))])
-        logs.chmod(0o311)  # searched, not listed
-        caps = "-dac_override,-dac_read_search"
-        wrapper = ("setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}") if os.geteuid() == 0 else ()
-        shown = subprocess.run([*wrapper, sys.executable, "-c", f"""
+    base = open_tmp
+    logs = base / "raw" / LOGS
+    write_lines(logs / "interactions_2026-02-26_00000001.jsonl", [dumps(interaction(1))])
+    logs.chmod(0o311)  # searched, not listed
+    shown = subprocess.run([*unprivileged(), sys.executable, "-c", f"""
 import sys; sys.path.insert(0, {os.getcwd()!r})
 from dagster_project.pipeline import source_warnings
 from dagster_project.settings import Settings
 settings = Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(base / "raw")!r}, "FLYWHEEL_WAREHOUSE": {str(base / "w.duckdb")!r}}})
 print([w for w in source_warnings(settings) if w.startswith("source interactions:")][0])
 """], capture_output=True, text=True, timeout=60)
-        logs.chmod(0o755)
-        assert shown.returncode == 0, shown.stderr
-        assert shown.stdout.strip() == (f"source interactions: interactions/ under {base / 'raw'} may not be listed "
-                                        "(permission denied): none of its files read")
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    logs.chmod(0o755)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == (f"source interactions: interactions/ under {base / 'raw'} may not be listed "
+                                    "(permission denied): none of its files read")
 
 
 def test_a_partial_last_line_is_sealed_on_time_when_only_its_files_inode_moves(settings):

@@ -267,6 +267,7 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 if r["status"] == "failed" and r["error"]:
                     out.print(f"[red]run {r['run_id'][:8]} failed:[/] {escape(r['error'].splitlines()[0])}",
                               highlight=False, soft_wrap=True)
+        _print_writer(settings)
         if published:
             _print_excluded(con, settings, run_id or published[0])
         if run_id:  # its files missing, unreadable, locked... (published only with the next change)
@@ -291,6 +292,25 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         _print_publications(con, settings)
     finally:
         con.close()
+
+
+def _print_writer(settings: Settings) -> None:
+    """A line when a process writes the lake now, or the last one was killed while it did: its
+    run is in neither table above until the next run (or the sensor) records it failed."""
+    from dagster_project.state import writer_activity
+
+    activity = writer_activity(settings)
+    if activity is None:
+        return
+    what, holder = activity
+    lock = settings.state_dir / "writer.lock"
+    if what == "writing":
+        out.print(f"[yellow]writing now[/]: {escape(holder)} holds the writer lock ({lock}); the tables above "
+                  "are as of the last publish", highlight=False, soft_wrap=True)
+    else:
+        out.print(f"[red]the last writer did not finish[/]: {escape(holder)} stopped (killed, or the machine "
+                  f"stopped) without releasing the writer lock ({lock}); the next run records it as failed "
+                  "and does what it left undone", highlight=False, soft_wrap=True)
 
 
 def _print_excluded(con: duckdb.DuckDBPyConnection, settings: Settings, run_id: str) -> None:

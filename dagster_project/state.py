@@ -82,6 +82,35 @@ def writer_lock(settings: Settings, wait_seconds: float = 600) -> Iterator[None]
                 held.fh.close()
 
 
+def writer_activity(settings: Settings) -> tuple[str, str] | None:
+    """Who writes the lake, from the writer lock, for ``flywheel status`` (which never opens the
+    state database): ``("writing", holder)`` while a process holds the lock; ``("gone", holder)``
+    when no process holds it but the file still names a holder, whom a release would have
+    erased (killed by ``kill -9``, the OOM killer, a reboot: its run is recorded failed only by
+    the next run or the ``flywheel_dead_runs`` sensor); None otherwise. Takes the lock shared
+    for an instant, never waits (a writer starting in that instant retries 0.2 s later)."""
+    lock_path = settings.state_dir / "writer.lock"
+    with _held_guard:
+        if str(lock_path.resolve()) in _held:  # this process writes (its own lock would look taken)
+            return None
+    try:
+        fh = open(lock_path, "rb")
+    except OSError:  # no lock file (no writer ever ran) or not ours to read: nothing to say
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return "writing", fh.read().decode("utf-8", "replace").strip() or "another process"
+        try:  # no writer can write the file while we hold the lock shared
+            holder = fh.read().decode("utf-8", "replace").strip()
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    return ("gone", holder) if holder else None
+
+
 def _acquire(lock_path: Path, wait_seconds: float) -> _Held:
     fh = open(lock_path, "a+")
     try:

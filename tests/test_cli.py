@@ -297,6 +297,37 @@ def test_status_lists_runs_that_published_nothing_failed_ones_with_their_error(e
     assert " failed: " in error and "timestamp" in error
 
 
+def test_status_names_a_writer_at_work_and_one_killed_while_it_held_the_lake(env):
+    """A run killed by `kill -9` never ends, so it is in neither of status' tables until the next
+    run fails it: status said nothing at all. The writer lock's file says who took it, and a
+    release empties it: held, someone writes now; free but not empty, its holder was killed."""
+    def writers():
+        output = invoke("status").output
+        return [line for line in output.splitlines() if "writer lock" in line]
+
+    assert invoke("run", "--quiet").exit_code == 0 and writers() == []
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(PROJECT)!r})
+        from dagster_project.settings import Settings
+        from dagster_project.state import writer_lock
+        with writer_lock(Settings.from_env({{"FLYWHEEL_WAREHOUSE": {str(env.warehouse)!r}}})):
+            print("held", flush=True)
+            time.sleep(600)""")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        [line] = writers()
+        assert line.startswith(f"writing now: pid {holder.pid} since ") and "as of the last publish" in line
+    finally:
+        holder.kill()
+        holder.wait()
+    [line] = writers()
+    assert line.startswith(f"the last writer did not finish: pid {holder.pid} since ")
+    assert "the next run records it as failed" in line
+    assert invoke("run", "--quiet").exit_code == 0  # takes the lock and lets go of it cleanly
+    assert writers() == []
+
+
 @pytest.mark.slow
 def test_step_failures_are_printed_once_short_and_with_the_trace_only_when_verbose(env, monkeypatch):
     from dagster_project.publishing.snapshot import FAULT_ENV

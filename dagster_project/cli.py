@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from dagster_project.settings import Settings, SettingsError
 from dagster_project.state import RUN_FIELDS, recent_runs
@@ -134,7 +135,7 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
 def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the published warehouse (never blocks a run)."""
     if not settings.warehouse.exists():
-        console.print(f"[red]No warehouse at {settings.warehouse}[/]: run `flywheel run` first.")
+        console.print(f"[red]No warehouse at {escape(str(settings.warehouse))}[/]: run `flywheel run` first.")
         raise typer.Exit(1)
     # The real file of the current snapshot: a connection still open in this process to an older
     # one must not be reused from DuckDB's instance cache.
@@ -164,7 +165,7 @@ def run(
         from dataclasses import replace
 
         settings = replace(settings, allow_empty=True)
-    console.print(f"[bold]Flywheel Lake[/] raw={settings.raw_dir} warehouse={settings.warehouse}"
+    console.print(f"[bold]Flywheel Lake[/] raw={escape(str(settings.raw_dir))} warehouse={escape(str(settings.warehouse))}"
                   f"{' as-of=' + settings.as_of.isoformat() if settings.as_of else ''}"
                   f"{' [yellow](full refresh)[/]' if full_refresh else ''}", highlight=False, soft_wrap=True)
     started = time.perf_counter()
@@ -231,7 +232,7 @@ def status() -> None:
 def _print_status(settings: Settings, run_id: str | None = None) -> None:
     con = _reader(settings)
     try:
-        table = Table(title=f"Sources ({settings.warehouse})")
+        table = Table(title=escape(f"Sources ({settings.warehouse})"))
         for col in ("source", "files", "lines", "loaded", "quarantined", "blank", "deferred bytes",
                     "staged rows", "last ingested"):
             table.add_column(col, justify="left" if col in ("source", "last ingested") else "right")
@@ -276,7 +277,8 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 "select source, path, event, detail from ingest.file_events where run_id = ? "
                 "order by occurred_at, path", [run_id]).fetchall()
             for source, path, event, detail in events:
-                out.print(f"[yellow]{event}[/] {source}: {path}: {detail}", highlight=False, soft_wrap=True)
+                out.print(f"[yellow]{event}[/] {source}: {escape(path)}: {escape(detail or '')}", highlight=False,
+                          soft_wrap=True)
             if this and this["events_total"] > len(events):
                 out.print(f"[yellow]… and {this['events_total'] - len(events):,} more file events[/] "
                           "(ingest.file_events)")
@@ -288,7 +290,7 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                       "stays in the published data until the same command is run again", highlight=False, soft_wrap=True)
         usage = bronze_usage(settings)
         out.print(f"bronze record: {usage['objects']:,} objects, {usage['compressed_bytes'] / 1e6:,.1f} MB "
-                  f"compressed for {usage['raw_bytes'] / 1e6:,.1f} MB read ({settings.state_dir / 'bronze'})")
+                  f"compressed for {usage['raw_bytes'] / 1e6:,.1f} MB read ({escape(str(settings.state_dir / 'bronze'))})")
         _print_publications(con, settings)
     finally:
         con.close()
@@ -305,11 +307,11 @@ def _print_writer(settings: Settings) -> None:
     what, holder = activity
     lock = settings.state_dir / "writer.lock"
     if what == "writing":
-        out.print(f"[yellow]writing now[/]: {escape(holder)} holds the writer lock ({lock}); the tables above "
+        out.print(f"[yellow]writing now[/]: {escape(holder)} holds the writer lock ({escape(str(lock))}); the tables above "
                   "are as of the last publish", highlight=False, soft_wrap=True)
     else:
         out.print(f"[red]the last writer did not finish[/]: {escape(holder)} stopped (killed, or the machine "
-                  f"stopped) without releasing the writer lock ({lock}); the next run records it as failed "
+                  f"stopped) without releasing the writer lock ({escape(str(lock))}); the next run records it as failed "
                   "and does what it left undone", highlight=False, soft_wrap=True)
 
 
@@ -339,13 +341,13 @@ def _print_publications(con: duckdb.DuckDBPyConnection, settings: Settings) -> N
     info = publishing_status(settings.export_dir)
     if not info["snapshots"]:
         return
-    table = Table(title=f"Snapshots ({info['export_dir']}; current = {info['current']})")
+    table = Table(title=escape(f"Snapshots ({info['export_dir']}; current = {info['current']})"))
     for col in ("version", "run", "created", "datasets", "rows", "validation", "path"):
         table.add_column(col)
     for snap in info["snapshots"]:
         table.add_row(snap["version"] + (" *" if snap["current"] else ""), str(snap["run_id"] or "")[:8],
                       str(snap["created_at"] or "")[:19], str(snap["datasets"]), f"{snap['rows']:,}",
-                      str(snap["validation"] or ""), snap["path"])
+                      str(snap["validation"] or ""), Text(str(snap["path"])))
     out.print(table)
     try:
         failed = con.execute(
@@ -354,7 +356,8 @@ def _print_publications(con: duckdb.DuckDBPyConnection, settings: Settings) -> N
     except duckdb.Error:
         return
     for table_name, expectation, column, observed in failed:
-        out.print(f"[yellow]validation failed[/] {table_name}: {expectation}({column or ''}) observed {observed}")
+        out.print(f"[yellow]validation failed[/] {escape(f'{table_name}: {expectation}({column or str()}) observed {observed}')}",
+                  highlight=False, soft_wrap=True)
 
 
 @quarantine_app.command("list")
@@ -379,10 +382,17 @@ def quarantine_list(
     for col in ("source", "file:line", "offset", "reason", "detail", "raw"):
         table.add_column(col, overflow="fold", no_wrap=col in ("file:line", "reason"))
     for src, path, line, offset, why, detail, raw in rows:
-        table.add_row(src, f"{path}:{line}", "" if offset is None else str(offset), why, detail or "",
-                      (raw or "")[:80])
+        # Text, not markup: a quarantined line is anything a producer wrote (`[/]` raised MarkupError)
+        table.add_row(src, Text(f"{path}:{line}"), "" if offset is None else str(offset), Text(why),
+                      Text(detail or ""), Text(_visible((raw or "")[:80])))
     out.print(table)
     out.print("by reason: " + ", ".join(f"{r} {n}" for r, n in summary) if summary else "nothing quarantined")
+
+
+def _visible(text: str) -> str:
+    """``text`` with control characters (a UTF-16 line's NULs, an escape sequence) as ``\\xNN``:
+    printed raw they went to the terminal as they are."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 @quarantine_app.command("export")
@@ -418,7 +428,7 @@ def quarantine_export(
                     fh.write(json.dumps(dict(zip(names, row)), ensure_ascii=False) + "\n")
     except OSError as exc:  # a directory of that name, a read-only directory, a full disk
         fail(f"{destination}: cannot write it: {exc.strerror or exc}")
-    console.print(f"wrote {len(rows):,} quarantined rows to {destination}")
+    console.print(f"wrote {len(rows):,} quarantined rows to {escape(str(destination))}")
 
 
 @quarantine_app.command("replay")

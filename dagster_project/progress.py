@@ -86,7 +86,7 @@ class StepProgress:
     def message(self, text: str) -> None:
         """A fine-grained message from inside a step (e.g. the file being read)."""
         if self.live is not None:
-            self.live.update(self.task, description=text)
+            self.live.update(self.task, description=escape(text))  # a file named `a[/]b` is no markup
 
     def event(self, record) -> None:
         """An ``EventLogEntry`` of the run (registered with ``instance.add_event_listener``)."""

@@ -82,6 +82,30 @@ def test_run_prints_a_line_per_step_warnings_and_the_result(first_run):
     con.close()
 
 
+def test_quarantined_text_and_file_names_are_printed_as_they_are_not_as_markup(env, tmp_path):
+    """A quarantined line is whatever a producer wrote: `quarantine list` printed it as rich markup,
+    so `[/]` failed the command (MarkupError) and `[bold]` vanished; a UTF-16 file's NUL bytes
+    went to the terminal raw, and its lines read as JSON typos."""
+    write_lines(env.raw_dir / "interactions" / "interactions_2026-02-27_[x].jsonl",
+                [b'{"x": "[/]"}', b'{"y": "[bold]b[/bold]"}'])
+    (env.raw_dir / "interactions" / "interactions_2026-02-28_utf16.jsonl").write_text(
+        dumps(interaction(30)) + "\n" + dumps(interaction(31)) + "\n", encoding="utf-16")
+    assert invoke("run", "--quiet").exit_code == 0
+    listing = invoke("quarantine", "list", "--limit", "20")
+    assert listing.exit_code == 0, listing.output
+    assert '{"x": "[/]"}' in listing.output and '"[bold]b[/bold]"' in listing.output
+    assert "interactions_2026-02-27_[x].jsonl:1" in listing.output
+    assert "\x00" not in listing.output and "\\x00" in listing.output  # escaped, visible
+    assert invoke("status").exit_code == 0
+
+    exported = tmp_path / "q.jsonl"
+    assert invoke("quarantine", "export", str(exported)).exit_code == 0
+    utf16 = [json.loads(line) for line in exported.read_text().splitlines() if "utf16" in line]
+    assert [(r["line_number"], r["reason"]) for r in utf16] == [(1, "invalid_utf8"), (2, "invalid_json")]
+    assert utf16[0]["detail"].endswith("; the file starts with the byte-order mark FF FE: it is UTF-16, not UTF-8")
+    assert utf16[1]["detail"].endswith("; the line holds NUL bytes: UTF-16 text or binary data, not UTF-8")
+
+
 def test_status_and_quarantine_list_and_export(ran, tmp_path):
     status = invoke("status")
     assert status.exit_code == 0 and "interactions" in status.output

@@ -451,7 +451,10 @@ def strict_verdict(text: str, duckdb_reason: str) -> tuple[str | None, str]:
     except _DuplicateKey as exc:
         return "duplicate_key", f"key {exc.args[0]!r} appears more than once"
     except json.JSONDecodeError as exc:
-        return "invalid_json", f"{exc.msg} at column {exc.colno}"
+        # A UTF-16 file's lines are valid UTF-8 (ASCII with a NUL byte after each character):
+        # say so, or every line of it reads as a JSON typo.
+        nul = "; the line holds NUL bytes: UTF-16 text or binary data, not UTF-8" if "\x00" in line else ""
+        return "invalid_json", f"{exc.msg} at column {exc.colno}{nul}"
     except RecursionError:
         return "invalid_json", "nesting too deep"
     if duckdb_reason == "invalid_json":

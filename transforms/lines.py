@@ -131,6 +131,9 @@ def split_lines(
     return Split(lines=table, rejected=rejected, n_lines=n, consumed=consumed, tail=tail)
 
 
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
 def invalid_utf8(line_number: int, byte_offset: int | None, raw: bytes, what: str = "line") -> Rejected:
     """The ``invalid_utf8`` reject of ``raw`` (a line, or a SQLite record): where its first bad
     byte is, its text with the bad bytes escaped, and the bytes themselves."""
@@ -139,6 +142,8 @@ def invalid_utf8(line_number: int, byte_offset: int | None, raw: bytes, what: st
         detail = "invalid UTF-8"
     except UnicodeDecodeError as exc:
         detail = f"invalid UTF-8 at byte {exc.start} of the {what}: {exc.reason}"
+    if byte_offset == 0 and raw[:2] in UTF16_BOMS:  # PowerShell's `>`, Python's encoding="utf-16"
+        detail += f"; the file starts with the byte-order mark {raw[:2].hex(' ').upper()}: it is UTF-16, not UTF-8"
     return Rejected(line_number, byte_offset, "invalid_utf8", detail, raw.decode("utf-8", errors="backslashreplace"),
                     raw)
 

@@ -528,7 +528,7 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
     (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots).
     ``legacy``: an older layout's exports moved aside too (``_scrub_legacy``; retention, which
     reaches staging tables only, has none to scrub there, and every run would look at them)."""
-    from dagster_project.publishing.parquet import fsync_dir, fsync_file, sha256_file
+    from dagster_project.publishing.parquet import fsync_dir, fsync_file, seal, sha256_file
     from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
                                                      manifest_objects, snapshots_dir)
 
@@ -567,6 +567,7 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                     if obj.exists():
                         tmp.unlink()
                     else:
+                        seal(tmp)
                         os.replace(tmp, obj)
                     link = file.with_name(f".{file.name}.erase")
                     link.unlink(missing_ok=True)

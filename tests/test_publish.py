@@ -421,6 +421,35 @@ def test_a_small_append_rewrites_only_the_partitions_it_touches(tmp_path):
     assert data_hashes(publish(state, tmp_path / "fresh", "second").manifest) == data_hashes(second.manifest)
 
 
+def test_an_exported_file_overwritten_in_place_is_not_reused_and_new_objects_are_read_only(tmp_path):
+    """Every snapshot holding a partition links one object file: an ML engineer's
+    `df.head(3).to_parquet(path)` over an exported file changed every snapshot, and the next
+    publish reused the object, recording the old row count and sha256 for the new bytes (and a
+    full refresh changed nothing). Objects are read-only now, and one not the size its manifest
+    recorded is written again."""
+    state = toy_state(tmp_path / "state.duckdb", months=6, per_month=50)
+    first = publish(state, tmp_path, "first")
+    files = shared_files(tmp_path, first.version)
+    assert files and {st.st_mode & 0o777 for st in files.values()} == {0o444}
+    snap = tmp_path / "exports" / SNAPSHOTS / first.version
+    name = "training/sft/train-2025-03.parquet"  # a month the next run does not change
+    overwritten = snap / name
+    import pyarrow.parquet as pq
+    original = pq.read_table(overwritten)
+    rows = original.slice(0, 3)
+    overwritten.chmod(0o644)  # what the mode stops (root, or a user who chmods first)
+    pq.write_table(rows, overwritten)
+    append_month(state, 10)
+    second = publish(state, tmp_path, "second")
+    verify_snapshot(tmp_path / "exports", second.version)  # the rows and sha256 its manifest records
+    fresh = snap.parent / second.version / name
+    assert pq.read_table(fresh).equals(original)
+    assert fresh.stat().st_ino != overwritten.stat().st_ino and fresh.stat().st_mode & 0o777 == 0o444
+    [entry] = [f for d in second.manifest["datasets"].values() for f in d["files"]
+               if d["table"] == "exports.sft" and f["name"] == "train-2025-03.parquet"]
+    assert not entry.get("reused") and entry["rows"] == original.num_rows
+
+
 @pytest.mark.parametrize("keep_insertion_order", [True, False])
 def test_each_file_holds_its_rows_in_the_declared_order_whatever_order_the_table_has(tmp_path, keep_insertion_order):
     state = toy_state(tmp_path / "state.duckdb", months=12, per_month=100)

@@ -442,7 +442,7 @@ def reuse(dataset: Dataset, entry: dict | None, objects: Path) -> Plan | None:
     if not entry or entry.get("order_by") != list(dataset.order) or "partition_sql" not in entry:
         return None
     files = entry.get("files") or []
-    if not files or not all((objects / f"{f['object']}.parquet").exists() for f in files):
+    if not files or not all(intact(objects / f"{f['object']}.parquet", f["bytes"]) for f in files):
         return None
     planned = Plan(dataset, entry["columns"], entry["partition_sql"], [
         Part(name=f["name"], rows=f["rows"], key=f["object"], reused=True, bytes=f["bytes"], sha256=f["sha256"])
@@ -504,8 +504,8 @@ def on_connections(cons: list[duckdb.DuckDBPyConnection], items: list, fn: Calla
     return results
 
 
-def write_all(cons: list[duckdb.DuckDBPyConnection], plans: list[Plan], objects: Path, known: dict[str, str],
-              pending: dict[str, Path]) -> None:
+def write_all(cons: list[duckdb.DuckDBPyConnection], plans: list[Plan], objects: Path,
+              known: dict[str, tuple[str, int]], pending: dict[str, Path]) -> None:
     """``write_objects`` for every plan, on the connections ``cons`` at once, the plans with the
     most rows to write first.
 
@@ -519,35 +519,40 @@ def write_all(cons: list[duckdb.DuckDBPyConnection], plans: list[Plan], objects:
     claimed: set[str] = set()
     work, shared = [], []
     for planned in plans:
-        missing, theirs = _claim(planned, objects, claimed)
+        missing, theirs = _claim(planned, objects, claimed, known)
         work.append((planned, missing))
         shared.extend(theirs)
     work.sort(key=lambda item: -sum(p.rows for p in item[1]))
     others = {id(part) for part in shared}
     on_connections(cons, work, lambda con, item: write_objects(con, *item, objects, known, pending, others))
     for part in shared:  # another dataset's identical partition, written by this publish
-        part.bytes, part.sha256, part.reused = pending[part.key].stat().st_size, known[part.key], True
+        part.sha256, part.bytes = known[part.key]
+        part.reused = True
 
 
-def _claim(planned: Plan, objects: Path, claimed: set[str]) -> tuple[list[Part], list[Part]]:
-    """The parts of ``planned`` it writes (its object is missing and no plan before claimed it)
-    and those an earlier plan of this publish writes."""
+def _claim(planned: Plan, objects: Path, claimed: set[str],
+           known: dict[str, tuple[str, int]]) -> tuple[list[Part], list[Part]]:
+    """The parts of ``planned`` it writes (its object is missing, or not the size the manifests
+    recorded, and no plan before claimed it) and those an earlier plan of this publish writes."""
     missing, theirs = [], []
     for part in planned.parts:
         if part.key in claimed:
             theirs.append(part)
-        elif not (part.reused and (planned.from_manifest or (objects / f"{part.key}.parquet").exists())):
+        elif not (part.reused and (planned.from_manifest or intact(objects / f"{part.key}.parquet",
+                                                                     known.get(part.key, (None, None))[1]))):
             missing.append(part)
     claimed.update(p.key for p in missing)
     return missing, theirs
 
 
 def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[Part], objects: Path,
-                  known: dict[str, str], pending: dict[str, Path], elsewhere: set[int] = frozenset()) -> None:
+                  known: dict[str, tuple[str, int]], pending: dict[str, Path],
+                  elsewhere: set[int] = frozenset()) -> None:
     """Write the ``missing`` partitions of ``planned`` to temp files; fill bytes/sha256 of its
     other parts but those another plan writes (``elsewhere``: their ids; ``write_all`` fills them).
 
-    ``known``: object key -> file sha256 from earlier manifests (reused objects are not re-read).
+    ``known``: object key -> (file sha256, bytes) from earlier manifests (reused objects are not
+    re-read).
     ``pending``: object key -> temp file written by this publish, not yet durable nor named:
     ``commit_objects`` fsyncs them all in one pass and renames them (so an object file is complete
     or absent). A part of a manifest-reused plan keeps its recorded bytes and sha256: objects are
@@ -570,13 +575,13 @@ def write_objects(con: duckdb.DuckDBPyConnection, planned: Plan, missing: list[P
                 if not (planned.from_manifest and part.sha256):
                     target = objects / f"{part.key}.parquet"
                     part.bytes = target.stat().st_size
-                    part.sha256 = known.get(part.key) or sha256_file(target)
+                    part.sha256 = known[part.key][0] if part.key in known else sha256_file(target)
                 continue
             tmp = objects / f".tmp-{os.getpid()}-{part.key}.parquet"
             os.replace(written[part.name], tmp)
             part.sha256, part.bytes = verify_written(tmp, part.rows, f"{dataset.table}: {part.name}")
             part.reused = False
-            known[part.key] = part.sha256
+            known[part.key] = part.sha256, part.bytes
             pending[part.key] = tmp
     finally:
         shutil.rmtree(batch_dir, ignore_errors=True)
@@ -688,11 +693,31 @@ def commit_objects(pending: dict[str, Path], objects: Path) -> None:
     fsync of the objects directory. A kill before the renames leaves only temp files, which the
     next publish removes.
     """
+    for tmp in pending.values():
+        seal(tmp)
     fsync_all(list(pending.values()))
     for key, tmp in pending.items():
         os.replace(tmp, objects / f"{key}.parquet")
     fsync_dir(objects)
     pending.clear()
+
+
+def intact(path: Path, size: int | None) -> bool:
+    """An object still as published: present, and of the size a manifest recorded (``size``; None:
+    none did). Objects are hard-linked into every snapshot that holds them, so a file overwritten
+    in an export directory (``df.to_parquet`` over it) changed every snapshot, and the next
+    publish reused it: it is written again instead (the snapshots before keep the changed file)."""
+    try:
+        actual = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    return size is None or actual == size
+
+
+def seal(path: Path) -> None:
+    """Make a new object read-only: it is hard-linked into every snapshot that holds it, so writing
+    one exported file in place would change them all."""
+    os.chmod(path, 0o444)
 
 
 def fsync_all(paths: list[Path]) -> None:

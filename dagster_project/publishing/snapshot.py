@@ -717,13 +717,13 @@ def manifest_objects(manifest: dict) -> set[str]:
     return {f["object"] for entry in manifest.get("datasets", {}).values() for f in entry.get("files", [])}
 
 
-def _known_objects(snaps: Path) -> dict[str, str]:
-    """Object -> sha256, as the readable kept manifests record them."""
+def _known_objects(snaps: Path) -> dict[str, tuple[str, int]]:
+    """Object -> (sha256, bytes), as the readable kept manifests record them."""
     known = {}
     for manifest in _kept_manifests(snaps):
         for entry in (manifest or {}).get("datasets", {}).values():
             for f in entry.get("files", []):
-                known.setdefault(f["object"], f["sha256"])
+                known.setdefault(f["object"], (f["sha256"], f["bytes"]))
     return known
 
 

@@ -169,11 +169,12 @@ def prepare_state(con, settings: Settings) -> None:
     """Before a run's steps: the schemas and the bookkeeping tables every step shares (steps that
     run at once must not both create one: DuckDB aborts the second transaction), and the
     failures ``mark_failed`` left for this run to record."""
-    from dagster_project import validation, versions
+    from dagster_project import privacy, validation, versions
     from dagster_project.engine import ensure_schema
     from transforms import delta, staging
 
     ensure_schema(con)
+    con.execute(privacy.SCHEMA)  # published from the first run: an analyst's query finds it empty
     for schema in ("lineage", "marts", "exports"):
         con.execute(f"create schema if not exists {schema}")
     versions.ensure_tables(con)

@@ -693,8 +693,8 @@ _ERASURES = threading.Lock()  # two sources' steps may record retention at once 
 
 def record_erasure(con: duckdb.DuckDBPyConnection, kind: str, rows: dict[str, dict[str, int]],
                    snapshots: int = 0) -> None:
-    """Rows in ``ingest.erasures``, created by the first erasure (not published before): under a
-    lock, so that two steps never both create it."""
+    """Rows in ``ingest.erasures`` (every run creates it first; a state no run has prepared since
+    this version, by the first erasure: under a lock, so that two steps never both create it)."""
     with _ERASURES:
         con.execute(SCHEMA)
     at = datetime.now(timezone.utc)

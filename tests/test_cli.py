@@ -136,6 +136,13 @@ def test_status_counts_rows_a_drop_expectation_excluded(env):
     assert result.exit_code == 0, result.output
     excluded = result.output.split("Excluded rows")[1]
     assert "staging.interactions" in excluded and "timestamp not in the future" in excluded
+    # A full refresh that changes nothing publishes nothing: the current snapshot's manifest named
+    # the refresh as the tables' builder, whose ledger rows the published warehouse does not
+    # hold, and status said "none".
+    refreshed = invoke("run", "--full-refresh", "--quiet")
+    assert refreshed.exit_code == 0 and "Nothing changed" in refreshed.output, refreshed.output
+    excluded = invoke("status").output.split("Excluded rows")[1]
+    assert "staging.interactions" in excluded and "timestamp not in the future" in excluded
 
 
 def test_a_source_typo_and_a_missing_export_directory_are_one_line_errors(ran, tmp_path):

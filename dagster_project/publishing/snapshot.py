@@ -396,14 +396,14 @@ def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: d
                          inputs: dict[str, str | None], tables: dict[str, str | None]) -> None:
     """Nothing changed, but tables were rebuilt (a full refresh): the current manifest's entries
     are what the new versions produce, so say so, or every later no-op would hash them again.
-    Only these private fields change (temp file, fsync, rename)."""
-    built = versions.built_by(con)
+    Only these private fields change (temp file, fsync, rename). ``built_by_run`` stays: the
+    snapshot's warehouse holds that run's ledger rows (``ingest.excluded``), not the rebuild's,
+    and status and the README's query read the exclusions by it."""
     changed = False
     for path, planned in plans.items():
         entry = manifest["datasets"][path]
         now = {"input_version": inputs.get(path), "table_version": tables.get(planned.dataset.table),
-               "partition_sql": planned.part_sql, "partition_rule": planned.rule,
-               "built_by_run": built.get(planned.dataset.table, entry.get("built_by_run"))}
+               "partition_sql": planned.part_sql, "partition_rule": planned.rule}
         if inputs.get(path) and any(entry.get(k) != v for k, v in now.items()):
             entry.update(now)
             changed = True

@@ -17,8 +17,6 @@ import duckdb
 from transforms.spec import Field, SourceSpec
 from transforms.sqlfiles import lit, transaction
 
-PROVENANCE = "in the raw file named by path"
-
 TABLES: dict[str, str] = {
     "ingest.files": "One row per input file (or SQLite table) per source: accounting "
                     "(lines_read = rows_loaded + rows_quarantined + blank_lines) and the watermark.",
@@ -119,9 +117,10 @@ COLUMNS: dict[str, str] = {
     "line_number": "Provenance: 1-based line in the raw file (SQLite: the row's insertion order).",
     "byte_offset": "Provenance: byte offset of the line's start in the raw file (NULL for SQLite rows).",
     "chosen_path": "Provenance of the chosen response: its raw file.",
-    "chosen_line_number": f"Provenance of the chosen response: its 1-based line {PROVENANCE}.",
+    "chosen_line_number": "Provenance of the chosen response: its 1-based line in the raw file named by chosen_path.",
     "rejected_path": "Provenance of the rejected response: its raw file.",
-    "rejected_line_number": f"Provenance of the rejected response: its 1-based line {PROVENANCE}.",
+    "rejected_line_number": "Provenance of the rejected response: its 1-based line in the raw file named by "
+                            "rejected_path.",
     "ingest_run_id": "Run that loaded this version of the record.",
     "observed_seq": "Order in which the lake observed this version (bronze record); the last tie-breaker of "
                     "last-wins, so an in-place edit at the source wins.",
@@ -156,7 +155,7 @@ COLUMNS: dict[str, str] = {
     "completion": "The assistant's answer as a conversation (list of {role, content}).",
     "split": "train or eval: from a hash of the normalised prompt, so a prompt is never in both.",
     "sample_weight": "Per-example weight for the trainer.",
-    "origin": "Where the example came from: interaction, queue or rating.",
+    "origin": "Where the example came from: queue (the training queue) or rating (a TUI rating).",
     "label": "The label (see the table's comment for its domain).",
     "session_pseudonym": "HMAC-SHA-256 pseudonym of the session id (keyed by FLYWHEEL_PSEUDONYM_KEY).",
     "weight": "Weight as written by the producer (queue weight; > 1 means a correction).",
@@ -276,7 +275,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.files.prefix_sha256": "sha256 of bytes [0, offset_bytes): detects rewritten files.",
     "ingest.files.high_water_mark": "SQLite: greatest integer key consumed.",
     "ingest.files.high_water_sha256": "SQLite: sha256 of the record at the high-water mark (detects a recreated store).",
-    "ingest.files.status": "ok | corrupt | missing.",
+    "ingest.files.status": "ok | corrupt | missing, as of the last run that read the file (a file unreadable "
+                           "or locked in a run keeps its status: see ingest.file_events).",
     "ingest.files.first_run_id": "Run that first read the file.",
     "ingest.files.last_run_id": "Run that last read the file.",
     "ingest.files.last_ingested_at": "When the file was last read (UTC).",
@@ -285,10 +285,11 @@ TABLE_COLUMNS: dict[str, str] = {
                                 "missing_field:<f>, bad_type:<f>, bad_value:<f>, bad_timestamp:<f>, line_too_large, "
                                 "unterminated_last_line, corrupt_file.",
     "ingest.quarantine.detail": "Human-readable detail of the reason.",
-    "ingest.quarantine.raw_text": "The line exactly as written (NULL for invalid UTF-8 and oversized lines).",
+    "ingest.quarantine.raw_text": "The line exactly as written; invalid UTF-8 bytes escaped as \\xNN (the bytes "
+                                  "themselves in raw_bytes); NULL for an oversized line (raw_sha256, raw_length).",
     "ingest.quarantine.raw_bytes": "The exact bytes, for invalid UTF-8.",
     "ingest.quarantine.raw_sha256": "sha256 of an oversized line (its text is not stored).",
-    "ingest.quarantine.raw_length": "Length of the line in bytes.",
+    "ingest.quarantine.raw_length": "Length in bytes of an oversized line (line_too_large); NULL otherwise.",
     "ingest.quarantine.quarantined_at": "When it was quarantined (UTC).",
     # ingest.runs
     "ingest.runs.started_at": "Run start (UTC).",
@@ -306,7 +307,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.runs.error": "Why the run failed (step: message).",
     "ingest.runs.warnings": "Warnings of the run, e.g. a source whose globs matched no file.",
     # ingest.file_events
-    "ingest.file_events.event": "rewritten | shrunk | sealed | corrupt | missing | unclaimed.",
+    "ingest.file_events.event": "rewritten | shrunk | reappeared | sealed | corrupt | locked | unreadable | missing "
+                                "(files); rows_updated | rows_deleted | recreated (SQLite tables).",
     "ingest.file_events.detail": "What was observed.",
     "ingest.file_events.occurred_at": "When (UTC).",
     # ingest.validations
@@ -385,7 +387,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "marts.interaction_labels.n_events": "Feedback events for the interaction.",
     "marts.interaction_labels.conflicting": "Events disagree on the label.",
     "marts.interaction_labels.first_labeled_at": "Time of the first event (UTC).",
-    "marts.interaction_labels.path": "Provenance of the winning event: its raw file (NULL for inline feedback).",
+    "marts.interaction_labels.path": "Provenance of the winning event: its raw file (for inline feedback, the "
+                                     "interaction's own file).",
     "marts.interaction_labels.line_number": "Provenance of the winning event: its 1-based line.",
     "marts.orphan_feedback.record_id": "The interaction id the feedback names (not in staging.interactions yet).",
     "marts.orphan_feedback.n_events": "Feedback events waiting.",
@@ -471,6 +474,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "exports.sft.interaction_timestamp": "When the interaction happened (UTC).",
     "exports.sft.interaction_type": "Kind of interaction.",
     "exports.kto.label": "true = desirable, false = undesirable.",
+    "exports.kto.origin": "Where the example came from: interaction, weighted_queue (the training queue) or "
+                          "weighted_rating (a TUI rating).",
     "exports.kto.example_id": "Interaction id or weighted example content hash.",
     "exports.dpo.chosen": "The preferred answer (conversation).",
     "exports.dpo.rejected": "The dispreferred answer (conversation).",
@@ -482,6 +487,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "exports.kto.example_timestamp": "When the interaction or weighted example was written (UTC; null for queue "
                                      "lines without one); published files are partitioned by its day.",
     "exports.weighted.label": "true = desirable, false = undesirable.",
+    "exports.weighted.origin": "Where the example came from: weighted_queue (the training queue) or weighted_rating "
+                               "(a TUI rating).",
     "exports.weighted.example_timestamp": "When the example was written (UTC).",
 }
 

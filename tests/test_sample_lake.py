@@ -132,6 +132,26 @@ def test_every_table_and_column_has_a_comment(sample_run):
 
 
 @pytest.mark.slow
+def test_a_comment_that_lists_a_columns_values_names_every_value_the_sample_has(sample_run):
+    """Comments an analyst reads instead of the code: `exports.kto.origin` listed `queue` and
+    `rating`, which only staging holds (the exports say `weighted_queue`, `weighted_rating`)."""
+    import duckdb
+
+    settings, _ = sample_run
+    con = duckdb.connect(str(settings.warehouse), read_only=True)
+    listed = [("exports.kto", "origin"), ("exports.weighted", "origin"), ("staging.weighted_examples", "origin"),
+              ("ingest.files", "status")]
+    for table, column in listed:
+        schema, name = table.split(".")
+        [(comment,)] = con.execute("select comment from duckdb_columns() where schema_name = ? and table_name = ? "
+                                   "and column_name = ?", [schema, name, column]).fetchall()
+        words = set(comment.replace(",", " ").replace("|", " ").replace("(", " ").replace(")", " ").split())
+        values = {v for (v,) in con.execute(f"select distinct {column} from {table}").fetchall()}
+        assert values and values <= words, (table, column, values, comment)
+    con.close()
+
+
+@pytest.mark.slow
 def test_a_missing_raw_root_over_the_sample_warehouse_is_refused_and_marks_nothing_missing(sample_run_copy, tmp_path):
     import subprocess
     import sys

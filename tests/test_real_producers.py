@@ -70,6 +70,31 @@ def test_a_busy_repeated_hour_moves_every_second_pass_line(settings, tmp_path):
                     "fold_second" if p else "fold_first") for p in range(2) for w in walls]
 
 
+def test_a_line_appended_to_a_rewritten_file_is_judged_by_that_generation_alone(settings, tmp_path):
+    """A producer rewrote the file, and its new third line was quarantined: the next append's
+    pass through the repeated hour was judged against the old generation's third line (02:40,
+    then 02:20 looked like a step back: the second pass), while a full refresh, which replays the
+    generations in order, judged it by 02:10 alone: the first pass. Incremental and full refresh
+    gave two instants for one line."""
+    s = _zoned(settings, tmp_path)
+    path = settings.raw_dir / MADRID_FILE
+    write_lines(path, [dumps(interaction(i, timestamp=f"2026-10-25T{w}")) for i, w in
+                       enumerate(["01:50:00", "02:10:00", "02:40:00"], start=1)])
+    ingest(s, "run-1", sources=["interactions"])[0].close()
+    write_lines(path, [dumps(interaction(1, timestamp="2026-10-25T01:50:00")),
+                       dumps(interaction(2, timestamp="2026-10-25T02:10:00")), b'{"broken": '])
+    ingest(s, "run-2", sources=["interactions"])[0].close()
+    with open(path, "ab") as fh:
+        fh.write(dumps(interaction(4, timestamp="2026-10-25T02:20:00")).encode() + b"\n")
+    query = "select timestamp, timestamp_fold from raw.interactions where id = ? order by observed_seq"
+    con, _ = ingest(s, "run-3", sources=["interactions"])
+    incremental = rows(con, query, [interaction(4)["id"]])
+    con.close()
+    con, _ = ingest(s, "run-4", sources=["interactions"], full_refresh=True)
+    assert incremental == rows(con, query, [interaction(4)["id"]]) == [(_utc("2026-10-25T00:20:00"), "fold_first")]
+    con.close()
+
+
 def test_a_repeated_hour_written_without_zero_padding_is_resolved(settings, tmp_path):
     """DuckDB reads a naive time written without zero-padding ('2026-10-25 2:10:00', as a writer
     formatting its own hour does, and the repeated hour is 02:xx in Europe); the second pass was

@@ -19,6 +19,7 @@ are quarantined by the classifier as ``bad_timestamp``: no correct clock writes 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from zoneinfo import ZoneInfo
@@ -72,15 +73,18 @@ def wall_time(at: datetime, zone: str) -> datetime:
 
 
 def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: str, raw_table: str,
-                  units: str) -> int:
+                  units: str, generation_start: Callable[[str, int], int | None] = lambda path, g: None) -> int:
     """Move second-pass lines of ``candidates`` (the classifier's output, not yet in raw) to the
     later offset. Returns lines moved.
 
     ``candidates.path`` is a unit key; ``units`` maps it (column ``k``) to the real ``path``, the
-    unit's observation ``seq`` and ``first_line`` (1: the unit starts a generation of the file, so
-    nothing before it counts). A unit that continues a generation takes the file's earlier lines
-    of that generation from ``raw_table`` as context: for each line number below ``first_line``,
-    the most recently observed row (earlier generations were observed before).
+    unit's observation ``seq``, ``first_line`` (1: the unit starts a generation of the file, so
+    nothing before it counts) and ``generation``. A unit that continues a generation takes the
+    file's earlier lines of that generation from ``raw_table`` as context: for each line number
+    below ``first_line``, its row observed since the generation began (``generation_start(path,
+    generation)``: the seq of its first unit; None: unknown, the most recently observed row).
+    Without that bound, a line of the generation that raw lacks (quarantined, blank) took an
+    earlier generation's line of that number as context, which a full refresh never sees.
     """
     moved = 0
     for f in spec.fields:
@@ -89,7 +93,7 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
         zone = f.time_zone or spec.time_zone
         col, fold_col = q(f.name), q(f.name + "_fold")
         rows = con.execute(
-            f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{col} "
+            f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{col}, u.generation "
             f"from {candidates} c join {units} u on c.path = u.k "
             f"where c.reason is null and c.{fold_col} = ? order by u.path, u.seq, c.line_number",
             [FOLD_FIRST]).fetchall()
@@ -101,13 +105,15 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
             by_path.setdefault(row[0], []).append(row)
         for path, lines in by_path.items():
             states: dict[date, PassState] = {}
-            first_seq, first_line = lines[0][1], lines[0][2]
+            first_seq, first_line, generation = lines[0][1], lines[0][2], lines[0][6]
             if first_line > 1:  # the generation began before this batch: its earlier lines count
+                began = generation_start(path, generation) if generation is not None else None
                 earlier = con.execute(
                     f"select {col}, {fold_col} from {raw_table} where path = ? and line_number < ? "
-                    f"and observed_seq < ? and {fold_col} in (?, ?) "
+                    f"and observed_seq < ? and observed_seq >= ? and {fold_col} in (?, ?) "
                     "qualify row_number() over (partition by line_number order by observed_seq desc) = 1 "
-                    "order by line_number", [path, first_line, first_seq, FOLD_FIRST, FOLD_SECOND]).fetchall()
+                    "order by line_number",
+                    [path, first_line, first_seq, -1 if began is None else began, FOLD_FIRST, FOLD_SECOND]).fetchall()
                 for at, fold in earlier:
                     wall = wall_time(at, zone)
                     st = states.setdefault(wall.date(), PassState())
@@ -116,7 +122,7 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
                     else:
                         st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
             seq = None
-            for _, unit_seq, unit_first, k, line_number, at in lines:
+            for _, unit_seq, unit_first, k, line_number, at, _ in lines:
                 if unit_seq != seq:
                     seq = unit_seq
                     if unit_first == 1 and unit_seq != first_seq:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -109,6 +110,7 @@ class Ingestor:
         self.sql_lenient = build_sql(spec, "_lines", check_nonstandard=False)
         self.out_cols = [n for n, _ in output_columns(spec)]
         self.bronze = bronze_mod.Bronze(settings, spec.name)
+        self._generation_starts: dict[tuple[str, int | None], int] | None = None  # read once, when needed
         self.results: dict[str, FileResult] = {}
 
     def run(self, full_refresh: bool = False, read_files: bool = True) -> SourceReport:
@@ -397,6 +399,19 @@ class Ingestor:
         with registered(self.con, "_rejects", table):
             self.con.execute(f"insert into ingest.quarantine ({names}) select {names} from _rejects")
 
+    def _generation_start(self, batch, path: str, generation: int) -> int | None:
+        """The seq of the first unit of ``generation`` of the file ``path`` (this batch's or
+        bronze's): its rows in raw are those observed from there on. Read from the manifest, only
+        for a unit continuing a generation with a naive time in a repeated hour (``resolve_folds``)."""
+        firsts = [e.seq for e in batch if e.path == path and e.meta.get("generation") == generation]
+        if self._generation_starts is None:
+            self._generation_starts = {}
+            for e in self.bronze.entries():  # in seq order: the first of each generation stays
+                if e.kind == "span":
+                    self._generation_starts.setdefault((e.path, e.meta.get("generation")), e.seq)
+        found = self._generation_starts.get((path, generation))
+        return min([*firsts, *([found] if found is not None else [])], default=None)
+
     def _classify(self, batch, tables, rejects) -> None:
         """Classify every candidate line of the batch in one DuckDB pass. Each unit is keyed by
         its index in the batch (the classifier's ``path``), mapped back to path and seq after."""
@@ -406,6 +421,7 @@ class Ingestor:
             "_u_path": arrowcols.strings([e.path for e in batch]),
             "_u_seq": arrowcols.ints([e.seq for e in batch]),
             "_u_first_line": arrowcols.ints([int(e.meta.get("first_line", 1)) for e in batch]),
+            "_u_generation": arrowcols.ints([e.meta.get("generation") for e in batch]),
             "_u_run": arrowcols.strings([e.run_id for e in batch]),
             "_u_at": arrowcols.timestamps([datetime.fromisoformat(e.observed_at) for e in batch])})
         with registered(self.con, "_units", units):
@@ -435,9 +451,10 @@ class Ingestor:
             del lines, parts
             self._settle_strict()
             # DST fold: second passes through a repeated local hour, from each file's write order
-            self.con.execute("create or replace temp view _fold_units as "
-                             "select k, _u_path as path, _u_seq as seq, _u_first_line as first_line from _units")
-            resolve_folds(self.con, self.spec, "_classified", f"raw.{q(self.spec.name)}", "_fold_units")
+            self.con.execute("create or replace temp view _fold_units as select k, _u_path as path, _u_seq as seq, "
+                             "_u_first_line as first_line, _u_generation as generation from _units")
+            resolve_folds(self.con, self.spec, "_classified", f"raw.{q(self.spec.name)}", "_fold_units",
+                          partial(self._generation_start, batch))
             for k, outcome, n in self.con.execute(
                     "select path, coalesce(reason, 'loaded'), count(*) from _classified group by all").fetchall():
                 path = batch[int(k)].path

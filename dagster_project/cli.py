@@ -341,13 +341,17 @@ def _print_publications(con: duckdb.DuckDBPyConnection, settings: Settings) -> N
     info = publishing_status(settings.export_dir)
     if not info["snapshots"]:
         return
-    table = Table(title=escape(f"Snapshots ({info['export_dir']}; current = {info['current']})"))
-    for col in ("version", "run", "created", "datasets", "rows", "validation", "path"):
-        table.add_column(col)
+    # each snapshot's directory is <this>/<version>: the version whole, a path to copy (a path
+    # column was cut with "…" beside the others)
+    snaps = Path(info["snapshots"][0]["path"]).parent
+    out.print(f"Snapshots in {escape(str(snaps))}/ (* current):", highlight=False, soft_wrap=True)
+    table = Table()
+    for col in ("version", "run", "created", "datasets", "rows", "validation"):
+        table.add_column(col, no_wrap=col == "version")
     for snap in info["snapshots"]:
-        table.add_row(snap["version"] + (" *" if snap["current"] else ""), str(snap["run_id"] or "")[:8],
+        table.add_row(Text(snap["version"] + (" *" if snap["current"] else "")), str(snap["run_id"] or "")[:8],
                       str(snap["created_at"] or "")[:19], str(snap["datasets"]), f"{snap['rows']:,}",
-                      str(snap["validation"] or ""), Text(str(snap["path"])))
+                      str(snap["validation"] or ""))
     out.print(table)
     try:
         failed = con.execute(

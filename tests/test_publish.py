@@ -214,6 +214,9 @@ def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots
     con.close()
     status_output = CliRunner().invoke(app, ["status"], catch_exceptions=False).output
     assert "Snapshots" in status_output and before in status_output
+    # the snapshots' directory and each version whole, to copy (the path column was cut with "…")
+    snapshots_line = f"Snapshots in {settings.export_dir.resolve() / SNAPSHOTS}/ (* current):"
+    assert snapshots_line in status_output.splitlines() and f"{before} *" in status_output
 
 
 @pytest.mark.slow

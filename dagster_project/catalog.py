@@ -32,6 +32,8 @@ TABLES: dict[str, str] = {
                                     "(another than ingest.bronze_applied's: the next run rebuilds it from bronze).",
     "lineage.source_declarations": "Private: per source, a fingerprint of the declaration its raw table was read "
                                    "with (not its globs); another one replays the source from bronze.",
+    "lineage.shared_paths": "Private: per raw file, its path as the training and analytics datasets publish it "
+                            "(a session's part of its name keyed), computed once per file and key.",
     "lineage.raw_tombstones": "Private: raw rows a SQLite delete flagged since staging last looked (they keep "
                               "their observed_seq), consumed by the next staging build.",
     "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
@@ -113,7 +115,8 @@ TABLES: dict[str, str] = {
 
 COLUMNS: dict[str, str] = {
     # Provenance: one name everywhere (a prefix only where a row has two provenances).
-    "path": "Provenance: the raw file, relative to FLYWHEEL_RAW_DIR (absolute when outside it).",
+    "path": "Provenance: the raw file, relative to FLYWHEEL_RAW_DIR (absolute when outside it; in training and "
+            "analytics datasets, a session's part of its name keyed and only the last directory of an absolute path).",
     "line_number": "Provenance: 1-based line in the raw file (SQLite: the row's insertion order).",
     "byte_offset": "Provenance: byte offset of the line's start in the raw file (NULL for SQLite rows).",
     "chosen_path": "Provenance of the chosen response: its raw file.",
@@ -181,6 +184,9 @@ TABLE_COLUMNS: dict[str, str] = {
         "run_id": "The run that built it.", "mode": "full | incremental.",
         "redecided": "Identities re-decided by that build (full: every identity).",
         "built_at": "When (UTC)."}.items()},
+    "lineage.shared_paths.path": "The raw file, as staging's provenance names it.",
+    "lineage.shared_paths.shared": "The path as shared datasets publish it (transforms.pseudonyms.provenance_sql).",
+    "lineage.shared_paths.secret": "sha256 of the pseudonym key it was computed with; another key recomputes every row.",
     "lineage.bronze_known.state": "The file's state as JSON (bronze Entry.state: watermark, size, mtime, inode, ctime...).",
     "lineage.bronze_known.seq": "The bronze entry the state is from (for tracing; the cache is read by path).",
     "lineage.source_declarations.fingerprint": "sha256 of the source's declaration but its globs and description "

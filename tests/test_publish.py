@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -178,6 +180,32 @@ def test_no_published_dataset_holds_a_raw_session_or_user_id(sample):
             assert not values & ids, f"{path}.{column}"
             checked += 1
     assert checked > 40
+    # Provenance: the collector names each file by its session (interactions_{date}_{sid8}.jsonl),
+    # and the shared datasets published those 8 characters, a handle on the session as linkable as
+    # its id. They are keyed now: the file keeps its directory and date, one name in every dataset.
+    sid8 = {r[0] for r in con.execute(r"select distinct regexp_extract(path, '_([^_/]+)\.jsonl$', 1) "
+                                      "from state.staging.interactions").fetchall()}
+    assert len(sid8) > 20 and {s[:8] for s in ids} >= sid8  # each one the start of a session id
+    published = {}
+    for path in ("training/sft", "training/kto", "training/dpo", "analytics/interaction_labels"):
+        entry = manifest["datasets"][path]
+        files = [str(settings.export_dir / path / f["name"]) for f in entry["files"]]
+        for column in (c["name"] for c in entry["columns"] if c["name"].endswith("path")):
+            values = {r[0] for r in con.execute(f'select distinct "{column}" from read_parquet(?)', [files]).fetchall()}
+            published[f"{path}.{column}"] = values
+            named = {v for v in values if v and v.startswith("interactions/interactions_")}
+            assert named and not any(s in v for v in named for s in sid8), f"{path}.{column}"
+    # exactly: the part keyed as the README says, the same file named alike in every dataset
+    sft = str(settings.export_dir / "training" / "sft" / "*.parquet")
+    pairs = con.execute("select s.path, i.path from read_parquet(?) s join state.staging.interactions i "
+                        "on i.id = s.interaction_id", [sft]).fetchall()
+    assert len(pairs) > 100
+    for shared, raw in pairs:
+        head, _, part = raw.removesuffix(".jsonl").rpartition("_")
+        keyed = hmac.new(KEY.encode(), f"file-name:{part}".encode(), hashlib.sha256).hexdigest()[:len(part)]
+        assert shared == f"{head}_{keyed}.jsonl", (shared, raw)
+    assert published["training/sft.path"] <= published["training/dpo.chosen_path"] | published["training/dpo.rejected_path"] \
+        | published["training/kto.path"]
     # the retrieval marts carry the same keyed pseudonym as the training sets, under a new name
     raw = con.execute("select session_id, query_id from state.marts.retrieval_query_metrics "
                       "where session_id is not null order by query_id limit 1").fetchone()

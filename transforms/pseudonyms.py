@@ -23,6 +23,8 @@ per million values on one connection, versus ~2.3 s for a Python/Arrow UDF.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import hashlib
 import hmac
 import os
@@ -64,23 +66,46 @@ def hmac_pads(key: bytes) -> tuple[bytes, bytes]:
     return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
 
 
-def register(con: duckdb.DuckDBPyConnection, key: bytes) -> None:
-    """Define ``fw_pseudonym(v)`` and ``fw_session_pseudonym(raw_id)`` on ``con``.
+def register(con: duckdb.DuckDBPyConnection, key: bytes, name_ids: Iterable[str] = ()) -> None:
+    """Define ``fw_pseudonym(v)``, ``fw_session_pseudonym(raw_id)`` and ``fw_provenance(path)`` on
+    ``con``.
 
     Vectorised native SQL: HMAC(K, m) = sha256(K⊕opad ‖ sha256(K⊕ipad ‖ m)). NULL stays NULL.
+    ``fw_provenance``: a raw file's path as shared datasets publish it (``provenance_sql``), for
+    the file names ``name_ids`` declare (``SourceSpec.name_id``).
     """
     ipad, opad = hmac_pads(key)
     con.execute("set variable fw_pseudonym_ipad = $pad", {"pad": ipad})
     con.execute("set variable fw_pseudonym_opad = $pad", {"pad": opad})
     con.execute(
-        "create or replace temp macro fw_pseudonym(v) as "
-        f"'{PREFIX}' || left(sha256(getvariable('fw_pseudonym_opad') || "
-        f"unhex(sha256(getvariable('fw_pseudonym_ipad') || encode(v::varchar)))), {HEX_DIGITS})"
+        "create or replace temp macro fw_hmac_hex(v) as sha256(getvariable('fw_pseudonym_opad') || "
+        "unhex(sha256(getvariable('fw_pseudonym_ipad') || encode(v::varchar))))"
     )
+    con.execute(f"create or replace temp macro fw_pseudonym(v) as '{PREFIX}' || left(fw_hmac_hex(v), {HEX_DIGITS})")
     con.execute(
         "create or replace temp macro fw_session_pseudonym(raw_id) as "
         "fw_pseudonym(sha256(raw_id::varchar))"
     )
+    con.execute(f"create or replace temp macro fw_provenance(path) as {provenance_sql('path', name_ids)}")
+
+
+def provenance_sql(path: str, name_ids: Iterable[str]) -> str:
+    """SQL of ``path`` (a raw file's, as staging records it) in shared datasets: in a file name a
+    declared pattern matches, the part of a person's id it carries (``interactions_{date}_{sid8}``:
+    the session's first 8 characters, a handle on the session as linkable as its id) replaced by
+    as many hex digits of its keyed HMAC; of a path outside the raw root (absolute), only its
+    directory's name and the file's (not ``/home/<user>/…``). Deterministic under one key, so
+    rows keep one provenance per file."""
+    name = f"regexp_extract({path}, '[^/]*$')"
+    for pattern in name_ids:
+        r = "'" + pattern.replace("'", "''") + "'"
+        part = f"regexp_extract({name}, {r}, 2)"
+        name = (f"(case when regexp_matches({name}, {r}) then regexp_extract({name}, {r}, 1) || "
+                f"left(fw_hmac_hex('file-name:' || {part}), length({part})) || regexp_extract({name}, {r}, 3) "
+                f"else {name} end)")
+    directory = (f"(case when starts_with({path}, '/') then '…/' || regexp_extract({path}, '([^/]+/)?[^/]*$', 1) "
+                 f"else regexp_extract({path}, '^(.*/)?', 1) end)")
+    return f"(case when {path} is null then null else {directory} || {name} end)"
 
 
 _CREATING = threading.Lock()  # two steps of one run may ask for the key at once

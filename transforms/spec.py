@@ -125,6 +125,10 @@ class SourceSpec:
     # other sources refer to (an erased session's interactions erase their feedback too).
     subjects: tuple[Subject, ...] = ()
     carries: tuple[tuple[str, str], ...] = ()
+    # A file name that carries part of a person's id (the collector names each file by its
+    # session: interactions_{date}_{sid8}.jsonl): a regex over the file's name with three groups,
+    # before, the id's part, after. Shared datasets publish provenance with that part keyed.
+    name_id: str | None = None
     # (time field, settings attribute holding the days): records older are removed from every
     # layer by the lake's own retention.
     retention: tuple[str, str] | None = None

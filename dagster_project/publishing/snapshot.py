@@ -160,23 +160,61 @@ def datasets(con: duckdb.DuckDBPyConnection) -> list[Dataset]:
 
 
 def shared_select(table: str, columns: list[str]) -> str:
-    """``select *`` with every raw id column replaced by its keyed pseudonym (and renamed so)."""
+    """``select *`` with every raw id column replaced by its keyed pseudonym (and renamed so), and
+    every provenance path by what a shared dataset may say of it (``SHARED_PATHS``)."""
     schema, name = table.split(".", 1)
-    replace, rename = [], []
+    replace, rename, joins = [], [], []
     for column in columns:
+        if column in PROVENANCE_PATHS:
+            alias = f"fw_p{len(joins)}"
+            joins.append(f" left join {SHARED_PATHS} {alias} on {alias}.path = t.{q(column)}")
+            replace.append(f"coalesce({alias}.shared, fw_provenance(t.{q(column)})) as {q(column)}")
+            continue
         if not re.search(ID_COLUMN, column):
             continue
         # Sessions are pseudonymised through their opaque form, as in the training sets, so the
         # same session has the same pseudonym in every dataset (transforms/pseudonyms.py).
         function = "fw_session_pseudonym" if column.startswith("session_id") and "opaque" not in column \
             else "fw_pseudonym"
-        replace.append(f"{function}({q(column)}) as {q(column)}")
+        replace.append(f"{function}(t.{q(column)}) as {q(column)}")
         rename.append(f"{q(column)} as {q(column.replace('_id', '_pseudonym', 1))}")
     base = f"select * from {q(schema)}.{q(name)}"
     if not replace:
         return base
-    return (f"select * rename ({', '.join(rename)}) from "
-            f"(select * replace ({', '.join(replace)}) from {q(schema)}.{q(name)})")
+    replaced = f"select t.* replace ({', '.join(replace)}) from {q(schema)}.{q(name)} t{''.join(joins)}"
+    return f"select * rename ({', '.join(rename)}) from ({replaced})" if rename else replaced
+
+
+def ensure_shared_paths(con: duckdb.DuckDBPyConnection) -> None:
+    """Created before a run's steps (``pipeline.prepare_state``), so the snapshot step's comments
+    reach it before its first publish; and by a publish of a state no run prepared."""
+    con.execute(f"create table if not exists {SHARED_PATHS} "
+                "(path varchar primary key, shared varchar not null, secret varchar)")
+
+
+def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None) -> None:
+    """``SHARED_PATHS``: each raw file's path as the shared datasets publish it (``fw_provenance``),
+    computed once per file, for the files new since the last publish (all of them when the key
+    changed). Per row, its regexes and two digests cost ~7 µs: seconds of a full publish, whose
+    datasets hold a million provenance paths, where a lake has thousands of files."""
+    ensure_shared_paths(con)
+    con.execute(f"delete from {SHARED_PATHS} where secret is distinct from ?", [secret])
+    con.execute(f"insert into {SHARED_PATHS} select path, fw_provenance(path), ? from "
+                f"(select distinct path from ingest.files) where path not in (select path from {SHARED_PATHS})",
+                [secret])
+
+
+# The raw-file provenance columns (``path`` everywhere, two in a DPO pair): in shared datasets a
+# person's id a file name carries is keyed, and a path outside the raw root loses its directories.
+PROVENANCE_PATHS = ("path", "chosen_path", "rejected_path")
+SHARED_PATHS = "lineage.shared_paths"
+
+
+def name_ids() -> list[str]:
+    """The file-name patterns the sources declare as carrying part of a person's id."""
+    from dagster_project.sources import builtin_sources
+
+    return [spec.name_id for spec in builtin_sources().values() if spec.name_id]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,9 +241,10 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         _remove_leftovers(export_dir)
         cons = [con, *others]
         for each in cons:
-            register(each, pseudonym_key)  # a connection's own macros
+            register(each, pseudonym_key, name_ids())  # a connection's own macros
         _gate_validations(con, run_id)
         _ensure_run_columns(con)
+        note_shared_paths(con, versions.secret_hash(pseudonym_key))
         previous_version = current_version(export_dir)
         previous = read_manifest(export_dir) or {}
         before = previous.get("datasets", {})

@@ -32,5 +32,6 @@ SOURCE = SourceSpec(
     identity=("id",),
     order=("timestamp",),
     subjects=(Subject("session", "session_id"),),
+    name_id=r"^(interactions_\d{4}-\d{2}-\d{2}_)(.+)(\.jsonl)$",
     carries=(("id", "interaction"),),
 )

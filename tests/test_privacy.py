@@ -203,6 +203,41 @@ def test_a_shorter_retention_window_is_applied_only_when_confirmed(lake):
     assert run_pipeline(replace(settings, session_retention_days=18)).success  # the window now kept
 
 
+def _expired_in_snapshots(settings, cutoff) -> dict[str, int]:
+    """Per kept snapshot, its staging.session_ratings rows recorded before ``cutoff``."""
+    reader, out = duckdb.connect(), {}
+    for version in _versions(snapshots_dir(settings.export_dir)):
+        files = [str(f) for f in (snapshots_dir(settings.export_dir) / version / "internal"
+                                  / "staging.session_ratings").glob("*.parquet")]
+        out[version] = reader.execute("select count(*) from read_parquet(?) where recorded_at < ?",
+                                      [files, cutoff]).fetchone()[0]
+    return out
+
+
+@pytest.mark.slow
+def test_the_last_rating_expiring_empties_its_marts_and_leaves_no_snapshot_holding_it(lake, monkeypatch):
+    """Once every session rating had passed the window, the ratings' marts emptied and the guard
+    against publishing a dataset empty refused every run from then on: nothing new was published
+    again, and the expired ratings stayed in the current snapshot, as the kept snapshots were
+    scrubbed only after a publish. The ratings' marts may empty now, and the kept snapshots are
+    scrubbed whether the run publishes or not."""
+    settings = replace(lake, session_retention_days=1, retention_confirm=1)
+    cutoff = datetime(lake.as_of.year, lake.as_of.month, lake.as_of.day, tzinfo=timezone.utc) - timedelta(days=1)
+    assert sum(_expired_in_snapshots(lake, cutoff).values()) > 0
+    monkeypatch.setenv("FLYWHEEL_PUBLISH_FAULT", "enospc:hashed")  # a publish that fails for another reason
+    assert not run_pipeline(settings).success
+    assert set(_expired_in_snapshots(lake, cutoff).values()) == {0}
+    monkeypatch.delenv("FLYWHEEL_PUBLISH_FAULT")
+    result = run_pipeline(replace(settings, retention_confirm=None))
+    assert result.success, result.failures
+    con = duckdb.connect(str(lake.warehouse), read_only=True)
+    assert con.execute("select count(*) from marts.session_satisfaction").fetchone()[0] == 0
+    assert con.execute("select count(*) from staging.session_ratings").fetchone()[0] == 0
+    assert con.execute("select count(*) from exports.sft").fetchone()[0] > 0  # the rest published as ever
+    con.close()
+    assert set(_expired_in_snapshots(lake, cutoff).values()) == {0}
+
+
 @pytest.mark.slow
 def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_ones(lake):
     settings = lake

@@ -54,16 +54,19 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
         undescribed = apply_comments(con)
         if undescribed:
             context.log.warning(f"no description in dagster_project/catalog.py for: {', '.join(undescribed)}")
-        result = publish_snapshot(
-            con, export_dir=settings.export_dir, warehouse=settings.warehouse, run_id=context.run_id,
-            pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
-            allow_empty=settings.allow_empty, watermarks=watermarks(con))
-        # Retention reaches the kept snapshots too (the current one was built from trimmed bronze).
-        # (a source disabled in the sources file too: what the lake holds of it is published)
-        every = load_sources(settings.sources_file, disabled=True)
-        expired, touched = privacy.retention_in_snapshots(settings, list(every.values()))
-        if expired:
-            privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
+        try:
+            result = publish_snapshot(
+                con, export_dir=settings.export_dir, warehouse=settings.warehouse, run_id=context.run_id,
+                pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
+                allow_empty=settings.allow_empty, watermarks=watermarks(con))
+        finally:
+            # Retention reaches the kept snapshots too, whether this run published or not (a
+            # refused publish left the expired records readable in the current snapshot).
+            # (a source disabled in the sources file too: what the lake holds of it is published)
+            every = load_sources(settings.sources_file, disabled=True)
+            expired, touched = privacy.retention_in_snapshots(settings, list(every.values()))
+            if expired:
+                privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
         if problem := save_recent_runs(con, settings):  # `flywheel status` lists this run, published or not
             context.log.warning(problem)
     if result.status == "unchanged":

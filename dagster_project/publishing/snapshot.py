@@ -477,6 +477,11 @@ def _unchanged(plans: dict[str, Plan], before: dict) -> bool:
 # FLYWHEEL_ALLOW_EMPTY turned the guard off for every dataset, the training sets included.)
 EXCEPTION_LISTS = frozenset({"marts.orphan_feedback", "marts.promotion_candidates", "marts.signal_conflicts",
                              "marts.missed_files"})
+# Marts of the session ratings alone, whose records retention removes from every layer (180 days
+# by default): emptied when the last rating expires, as the lake's own rule says. (Every daily run
+# failed from then on, the expired ratings staying in the current snapshot, until
+# FLYWHEEL_ALLOW_EMPTY turned the guard off for every dataset.)
+RETAINED = frozenset({"marts.session_satisfaction", "marts.session_rating_matches"})
 
 
 def _refuse_empty(plans: dict[str, Plan], before: dict, version: str | None, allow_empty: bool) -> None:
@@ -485,7 +490,7 @@ def _refuse_empty(plans: dict[str, Plan], before: dict, version: str | None, all
     for path, planned in plans.items():
         was = (before.get(path) or {}).get("rows") or 0
         if planned.dataset.shared and planned.rows == 0 and was > 0 \
-                and planned.dataset.table not in EXCEPTION_LISTS:
+                and planned.dataset.table not in EXCEPTION_LISTS | RETAINED:
             raise PublishError(
                 f"{path} ({planned.dataset.table}) would be published empty over {was:,} rows of snapshot "
                 f"{version}; nothing was published. If that is intended, rerun with `flywheel run --allow-empty` "

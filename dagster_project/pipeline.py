@@ -52,7 +52,28 @@ def instance() -> dg.DagsterInstance:
     if home is None or os.environ.get("FLYWHEEL_DAGSTER_EPHEMERAL") == "1":
         return dg.DagsterInstance.ephemeral()
     home.mkdir(parents=True, exist_ok=True)
+    ensure_instance_config(home)
     return dg.DagsterInstance.from_config(str(home))
+
+
+INSTANCE_CONFIG = PROJECT_ROOT / ".dagster_home" / "dagster.yaml"
+
+
+def ensure_instance_config(home: Path) -> None:
+    """A ``DAGSTER_HOME`` with no ``dagster.yaml`` gets the project's: without it Dagster kept a
+    telemetry log there (~35 KB a run, up to 110 MB), and runs had no one-at-a-time limit on the
+    warehouse. One the user wrote is theirs: left as it is."""
+    config = home / "dagster.yaml"
+    if config.exists() or not INSTANCE_CONFIG.is_file() or config.resolve() == INSTANCE_CONFIG.resolve():
+        return
+    tmp = home / f".dagster.yaml.{os.getpid()}"
+    tmp.write_bytes(INSTANCE_CONFIG.read_bytes())
+    try:
+        os.link(tmp, config)  # never over one another process just wrote
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @contextmanager

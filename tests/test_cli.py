@@ -397,6 +397,28 @@ def test_dagster_home_defaults_to_the_projects_and_tests_use_a_throwaway_one(mon
     assert dagster_home() == PROJECT / ".dagster_home"
 
 
+def test_a_dagster_home_without_a_config_gets_the_projects_and_one_with_its_own_keeps_it(tmp_path, monkeypatch):
+    """A DAGSTER_HOME of the user's choosing had no dagster.yaml: Dagster kept a telemetry log
+    there (~35 KB a run) and runs had no one-at-a-time limit on the warehouse."""
+    import yaml
+
+    from dagster_project.pipeline import instance
+
+    monkeypatch.delenv("FLYWHEEL_DAGSTER_EPHEMERAL", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "fresh"))
+    with instance():
+        pass
+    config = yaml.safe_load((tmp_path / "fresh" / "dagster.yaml").read_text())
+    assert config["telemetry"] == {"enabled": False}
+    assert config["concurrency"]["runs"]["tag_concurrency_limits"] == [{"key": "flywheel/warehouse", "limit": 1}]
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "dagster.yaml").write_text("telemetry:\n  enabled: true\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "own"))
+    with instance():
+        pass
+    assert (tmp_path / "own" / "dagster.yaml").read_text() == "telemetry:\n  enabled: true\n"
+
+
 def test_flywheel_entry_point_is_installed():
     exe = subprocess.run([sys.executable, "-m", "dagster_project.cli", "--help"], capture_output=True, text=True)
     assert exe.returncode == 0 and "quarantine" in exe.stdout

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -133,7 +134,9 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
 
 
 def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to the published warehouse (never blocks a run)."""
+    """A read-only connection to the published warehouse (never blocks a run). Close it, on an
+    error too: while a connection of this process is open, the next one to that file reuses its
+    instance, so an analyst's read-write lock went unnoticed (a test failed now and then)."""
     if not settings.warehouse.exists():
         console.print(f"[red]No warehouse at {escape(str(settings.warehouse))}[/]: run `flywheel run` first.")
         raise typer.Exit(1)
@@ -371,17 +374,17 @@ def quarantine_list(
     limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
 ) -> None:
     """Quarantined lines with file, line, reason and detail."""
-    con = _reader(_settings())
-    _check_source(con, source)
-    rows = con.execute(
-        "select source, path, line_number, byte_offset, reason, detail, raw_text from ingest.quarantine "
-        "where ($source is null or source = $source) and ($reason is null or starts_with(reason, $reason)) "
-        "order by source, path, line_number limit $limit",
-        {"source": source, "reason": reason, "limit": limit}).fetchall()
-    summary = con.execute(
-        "select reason, count(*) from ingest.quarantine where ($source is null or source = $source) "
-        "and ($reason is null or starts_with(reason, $reason)) "
-        "group by all order by 2 desc, 1", {"source": source, "reason": reason}).fetchall()
+    with closing(_reader(_settings())) as con:  # closed on an error too: see _reader
+        _check_source(con, source)
+        rows = con.execute(
+            "select source, path, line_number, byte_offset, reason, detail, raw_text from ingest.quarantine "
+            "where ($source is null or source = $source) and ($reason is null or starts_with(reason, $reason)) "
+            "order by source, path, line_number limit $limit",
+            {"source": source, "reason": reason, "limit": limit}).fetchall()
+        summary = con.execute(
+            "select reason, count(*) from ingest.quarantine where ($source is null or source = $source) "
+            "and ($reason is null or starts_with(reason, $reason)) "
+            "group by all order by 2 desc, 1", {"source": source, "reason": reason}).fetchall()
     table = Table(title="Quarantine")
     for col in ("source", "file:line", "offset", "reason", "detail", "raw"):
         table.add_column(col, overflow="fold", no_wrap=col in ("file:line", "reason"))
@@ -410,16 +413,16 @@ def quarantine_export(
         fail(f"{destination}: use a .jsonl or .csv file name")
     if not destination.parent.is_dir():
         fail(f"{destination}: directory {destination.parent} does not exist; create it or choose another path")
-    con = _reader(_settings())
-    _check_source(con, source)
-    result = con.execute(
-        "select source, path, line_number, byte_offset, reason, detail, raw_text, "
-        "case when raw_bytes is not null then to_base64(raw_bytes) end as raw_bytes_base64, "
-        "raw_sha256, raw_length, run_id, quarantined_at::varchar as quarantined_at from ingest.quarantine "
-        "where ($source is null or source = $source) and ($reason is null or starts_with(reason, $reason)) "
-        "order by source, path, line_number", {"source": source, "reason": reason})
-    names = [d[0] for d in result.description]
-    rows = result.fetchall()
+    with closing(_reader(_settings())) as con:
+        _check_source(con, source)
+        result = con.execute(
+            "select source, path, line_number, byte_offset, reason, detail, raw_text, "
+            "case when raw_bytes is not null then to_base64(raw_bytes) end as raw_bytes_base64, "
+            "raw_sha256, raw_length, run_id, quarantined_at::varchar as quarantined_at from ingest.quarantine "
+            "where ($source is null or source = $source) and ($reason is null or starts_with(reason, $reason)) "
+            "order by source, path, line_number", {"source": source, "reason": reason})
+        names = [d[0] for d in result.description]
+        rows = result.fetchall()
     try:
         if destination.suffix == ".csv":
             with destination.open("w", newline="", encoding="utf-8") as fh:
@@ -442,11 +445,10 @@ def quarantine_replay(
     """Re-read the files that have quarantined lines, e.g. after a sources-file fix (time zone,
     globs) — their rows and quarantine are rebuilt from the raw bytes; nothing is double counted."""
     settings = _settings()
-    con = _reader(settings)
-    _check_source(con, source)
-    paths = con.execute("select distinct source, path from ingest.quarantine "
-                        "where ($source is null or source = $source)", {"source": source}).fetchall()
-    con.close()
+    with closing(_reader(settings)) as con:
+        _check_source(con, source)
+        paths = con.execute("select distinct source, path from ingest.quarantine "
+                            "where ($source is null or source = $source)", {"source": source}).fetchall()
     if not paths:
         console.print("nothing quarantined: nothing to replay")
         return
@@ -494,8 +496,9 @@ def eval_(
         raise typer.Exit(2)
     from transforms.retrieval import feedback_report
 
-    con = _reader(_settings())
-    out.print(feedback_report(con), highlight=False)
+    with closing(_reader(_settings())) as con:
+        report = feedback_report(con)
+    out.print(report, highlight=False)
 
 
 @app.command()

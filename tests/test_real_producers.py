@@ -70,19 +70,22 @@ def test_a_busy_repeated_hour_moves_every_second_pass_line(settings, tmp_path):
                     "fold_second" if p else "fold_first") for p in range(2) for w in walls]
 
 
-def test_a_line_appended_to_a_rewritten_file_is_judged_by_that_generation_alone(settings, tmp_path):
+@pytest.mark.parametrize("second_line", ["02:10:00", "01:55:00"])
+def test_a_line_appended_to_a_rewritten_file_is_judged_by_that_generation_alone(settings, tmp_path, second_line):
     """A producer rewrote the file, and its new third line was quarantined: the next append's
     pass through the repeated hour was judged against the old generation's third line (02:40,
     then 02:20 looked like a step back: the second pass), while a full refresh, which replays the
     generations in order, judged it by 02:10 alone: the first pass. Incremental and full refresh
-    gave two instants for one line."""
+    gave two instants for one line. With no line of the new generation in the hour (01:55), the
+    replay judged the append against the old generation instead (its reset waited for a first
+    line in the hour)."""
     s = _zoned(settings, tmp_path)
     path = settings.raw_dir / MADRID_FILE
     write_lines(path, [dumps(interaction(i, timestamp=f"2026-10-25T{w}")) for i, w in
                        enumerate(["01:50:00", "02:10:00", "02:40:00"], start=1)])
     ingest(s, "run-1", sources=["interactions"])[0].close()
     write_lines(path, [dumps(interaction(1, timestamp="2026-10-25T01:50:00")),
-                       dumps(interaction(2, timestamp="2026-10-25T02:10:00")), b'{"broken": '])
+                       dumps(interaction(2, timestamp=f"2026-10-25T{second_line}")), b'{"broken": '])
     ingest(s, "run-2", sources=["interactions"])[0].close()
     with open(path, "ab") as fh:
         fh.write(dumps(interaction(4, timestamp="2026-10-25T02:20:00")).encode() + b"\n")

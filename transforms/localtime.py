@@ -122,11 +122,16 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
                     else:
                         st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
             seq = None
-            for _, unit_seq, unit_first, k, line_number, at, _ in lines:
+            for _, unit_seq, unit_first, k, line_number, at, unit_generation in lines:
                 if unit_seq != seq:
                     seq = unit_seq
-                    if unit_first == 1 and unit_seq != first_seq:
-                        states = {}  # a new generation of the file starts over
+                    # a new generation of the file starts over: told by its number (a replay's
+                    # batch holds several, and a generation whose first unit has no line in the
+                    # hour starts with a later unit), by its first line where none is recorded
+                    if (unit_generation != generation if unit_generation is not None and generation is not None
+                            else unit_first == 1 and unit_seq != first_seq):
+                        states = {}
+                        generation = unit_generation
                 wall = wall_time(at, zone)
                 if assign_passes(states, [wall])[0] == FOLD_SECOND:
                     updates.append((instant(wall, zone, FOLD_SECOND), FOLD_SECOND, k, line_number))

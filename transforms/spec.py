@@ -127,8 +127,10 @@ class SourceSpec:
     carries: tuple[tuple[str, str], ...] = ()
     # A file name that carries part of a person's id (the collector names each file by its
     # session: interactions_{date}_{sid8}.jsonl): a regex over the file's name with three groups,
-    # before, the id's part, after. Shared datasets publish provenance with that part keyed.
-    name_id: str | None = None
+    # before, the id's part, after. Shared datasets publish provenance with that part keyed. Not
+    # in the repr, which fingerprints how a source is read (engine.declaration_key): publishing
+    # alone depends on it, and a new fingerprint replays the source from bronze.
+    name_id: str | None = field(default=None, repr=False)
     # (time field, settings attribute holding the days): records older are removed from every
     # layer by the lake's own retention.
     retention: tuple[str, str] | None = None

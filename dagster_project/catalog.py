@@ -186,7 +186,8 @@ TABLE_COLUMNS: dict[str, str] = {
         "built_at": "When (UTC)."}.items()},
     "lineage.shared_paths.path": "The raw file, as staging's provenance names it.",
     "lineage.shared_paths.shared": "The path as shared datasets publish it (transforms.pseudonyms.provenance_sql).",
-    "lineage.shared_paths.secret": "sha256 of the pseudonym key it was computed with; another key recomputes every row.",
+    "lineage.shared_paths.rule": "sha256 of the pseudonym key's hash and the rule it was computed with; another "
+                                 "key or rule recomputes every row.",
     "lineage.bronze_known.state": "The file's state as JSON (bronze Entry.state: watermark, size, mtime, inode, ctime...).",
     "lineage.bronze_known.seq": "The bronze entry the state is from (for tracing; the cache is read by path).",
     "lineage.source_declarations.fingerprint": "sha256 of the source's declaration but its globs and description "
@@ -313,8 +314,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.runs.error": "Why the run failed (step: message).",
     "ingest.runs.warnings": "Warnings of the run, e.g. a source whose globs matched no file.",
     # ingest.file_events
-    "ingest.file_events.event": "rewritten | shrunk | reappeared | sealed | corrupt | locked | unreadable | missing "
-                                "(files); rows_updated | rows_deleted | recreated (SQLite tables).",
+    "ingest.file_events.event": "rewritten | shrunk | new_generation | reappeared | sealed | corrupt | locked | "
+                                "unreadable | missing (files); rows_updated | rows_deleted | recreated (SQLite tables).",
     "ingest.file_events.detail": "What was observed.",
     "ingest.file_events.occurred_at": "When (UTC).",
     # ingest.validations

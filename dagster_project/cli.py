@@ -315,7 +315,7 @@ def _print_writer(settings: Settings) -> None:
     else:
         out.print(f"[red]the last writer did not finish[/]: {escape(holder)} stopped (killed, or the machine "
                   f"stopped) without releasing the writer lock ({escape(str(lock))}); the next run records it as failed "
-                  "and does what it left undone", highlight=False, soft_wrap=True)
+                  "and does what it left undone (an interrupted forget: run it again)", highlight=False, soft_wrap=True)
 
 
 def _print_excluded(con: duckdb.DuckDBPyConnection, settings: Settings, run_id: str) -> None:
@@ -390,7 +390,7 @@ def quarantine_list(
         table.add_column(col, overflow="fold", no_wrap=col in ("file:line", "reason"))
     for src, path, line, offset, why, detail, raw in rows:
         # Text, not markup: a quarantined line is anything a producer wrote (`[/]` raised MarkupError)
-        table.add_row(src, Text(f"{path}:{line}"), "" if offset is None else str(offset), Text(why),
+        table.add_row(src, Text(_visible(f"{path}:{line}")), "" if offset is None else str(offset), Text(why),
                       Text(detail or ""), Text(_visible((raw or "")[:80])))
     out.print(table)
     out.print("by reason: " + ", ".join(f"{r} {n}" for r, n in summary) if summary else "nothing quarantined")

@@ -54,19 +54,30 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
         undescribed = apply_comments(con)
         if undescribed:
             context.log.warning(f"no description in dagster_project/catalog.py for: {', '.join(undescribed)}")
+        def expire_in_snapshots() -> None:
+            # Retention reaches the kept snapshots too (the current one was built from trimmed
+            # bronze). (a source disabled in the sources file too: what the lake holds of it is
+            # published)
+            every = load_sources(settings.sources_file, disabled=True)
+            expired, touched = privacy.retention_in_snapshots(settings, list(every.values()))
+            if expired:
+                privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
+
         try:
             result = publish_snapshot(
                 con, export_dir=settings.export_dir, warehouse=settings.warehouse, run_id=context.run_id,
                 pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
                 allow_empty=settings.allow_empty, watermarks=watermarks(con))
-        finally:
-            # Retention reaches the kept snapshots too, whether this run published or not (a
-            # refused publish left the expired records readable in the current snapshot).
-            # (a source disabled in the sources file too: what the lake holds of it is published)
-            every = load_sources(settings.sources_file, disabled=True)
-            expired, touched = privacy.retention_in_snapshots(settings, list(every.values()))
-            if expired:
-                privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
+        except Exception:
+            # A publish refused (an emptied dataset) or failed: the expired records must not stay
+            # readable in the current snapshot. The publish's error is the step's; a scrub that
+            # fails too is a warning. (Not on Ctrl-C or a termination: stop, as asked.)
+            try:
+                expire_in_snapshots()
+            except Exception as exc:  # noqa: BLE001 (the publish's error is the one to report)
+                context.log.warning(f"retention in the kept snapshots failed too: {type(exc).__name__}: {exc}")
+            raise
+        expire_in_snapshots()
         if problem := save_recent_runs(con, settings):  # `flywheel status` lists this run, published or not
             context.log.warning(problem)
     if result.status == "unchanged":

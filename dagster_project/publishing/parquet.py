@@ -89,6 +89,13 @@ class Dataset:
     def shared(self) -> bool:
         return self.kind != "internal"
 
+    @property
+    def plain(self) -> str:
+        """The table as it is: what counting its rows and event days reads (a shared dataset's
+        select joins each provenance path to its published form, which a count need not pay for:
+        31 ms a path column on 1M rows, against 3-5)."""
+        return f"select * from {quote_table(self.table)}"
+
 
 @dataclass
 class Part:
@@ -208,7 +215,7 @@ def month_counts(con: duckdb.DuckDBPyConnection, dataset: Dataset, col: str, whe
     cast to DATE is in the session's zone, as ``strftime`` prints a TIMESTAMPTZ."""
     counts: dict[str, int] = {}
     for day, n in con.execute(f"select strftime(d, '%Y-%m-%d'), n from (select {q(col)}::date as d, count(*) as n "
-                              f"from ({dataset.select}){f' where {where}' if where else ''} group by 1) "
+                              f"from ({dataset.plain}){f' where {where}' if where else ''} group by 1) "
                               "where d is not null").fetchall():
         if ISO_DAY.fullmatch(day):
             counts[day[:7]] = counts.get(day[:7], 0) + int(n)
@@ -220,9 +227,9 @@ def extent(con: duckdb.DuckDBPyConnection, dataset: Dataset, columns: dict[str, 
     ``partition_sql`` cuts by. The maximum costs nothing beside the count (column statistics)."""
     col = partition_column(columns)
     if col is None:
-        return con.execute(f"select count(*) from ({dataset.select})").fetchone()[0], None
+        return con.execute(f"select count(*) from ({dataset.plain})").fetchone()[0], None
     total, latest = con.execute(f"select count(*), strftime(max({q(col)}), '%Y-%m-%d') "
-                                f"from ({dataset.select})").fetchone()
+                                f"from ({dataset.plain})").fetchone()
     return total, latest
 
 
@@ -716,8 +723,12 @@ def intact(path: Path, size: int | None) -> bool:
 
 def seal(path: Path) -> None:
     """Make a new object read-only: it is hard-linked into every snapshot that holds it, so writing
-    one exported file in place would change them all."""
-    os.chmod(path, 0o444)
+    one exported file in place would change them all. Where the file system refuses modes (some
+    FUSE and network mounts), the object stays as written: ``intact`` still checks its size."""
+    try:
+        os.chmod(path, 0o444)
+    except OSError:
+        pass
 
 
 def fsync_all(paths: list[Path]) -> None:

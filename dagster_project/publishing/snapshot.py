@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -189,19 +190,23 @@ def ensure_shared_paths(con: duckdb.DuckDBPyConnection) -> None:
     """Created before a run's steps (``pipeline.prepare_state``), so the snapshot step's comments
     reach it before its first publish; and by a publish of a state no run prepared."""
     con.execute(f"create table if not exists {SHARED_PATHS} "
-                "(path varchar primary key, shared varchar not null, secret varchar)")
+                "(path varchar primary key, shared varchar not null, rule varchar)")
 
 
 def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None) -> None:
     """``SHARED_PATHS``: each raw file's path as the shared datasets publish it (``fw_provenance``),
-    computed once per file, for the files new since the last publish (all of them when the key
-    changed). Per row, its regexes and two digests cost ~7 µs: seconds of a full publish, whose
-    datasets hold a million provenance paths, where a lake has thousands of files."""
+    computed once per file, for the files new since the last publish (all of them when the key or
+    the rule changed: a pattern fixed must reach the files already noted). Per row, its regexes
+    and two digests cost ~7 µs: seconds of a full publish, whose datasets hold a million
+    provenance paths, where a lake has thousands of files."""
+    from transforms.pseudonyms import provenance_sql
+
+    rule = hashlib.sha256(f"{secret}|{provenance_sql('path', name_ids())}".encode()).hexdigest()
     ensure_shared_paths(con)
-    con.execute(f"delete from {SHARED_PATHS} where secret is distinct from ?", [secret])
+    con.execute(f"delete from {SHARED_PATHS} where rule is distinct from ?", [rule])
     con.execute(f"insert into {SHARED_PATHS} select path, fw_provenance(path), ? from "
                 f"(select distinct path from ingest.files) where path not in (select path from {SHARED_PATHS})",
-                [secret])
+                [rule])
 
 
 # The raw-file provenance columns (``path`` everywhere, two in a DPO pair): in shared datasets a
@@ -477,11 +482,12 @@ def _unchanged(plans: dict[str, Plan], before: dict) -> bool:
 # FLYWHEEL_ALLOW_EMPTY turned the guard off for every dataset, the training sets included.)
 EXCEPTION_LISTS = frozenset({"marts.orphan_feedback", "marts.promotion_candidates", "marts.signal_conflicts",
                              "marts.missed_files"})
-# Marts of the session ratings alone, whose records retention removes from every layer (180 days
-# by default): emptied when the last rating expires, as the lake's own rule says. (Every daily run
-# failed from then on, the expired ratings staying in the current snapshot, until
-# FLYWHEEL_ALLOW_EMPTY turned the guard off for every dataset.)
-RETAINED = frozenset({"marts.session_satisfaction", "marts.session_rating_matches"})
+# The mart of the session ratings alone, whose records retention removes from every layer (180
+# days by default): emptied when the last rating expires, as the lake's own rule says. (Every
+# daily run failed from then on, the expired ratings staying in the current snapshot, until
+# FLYWHEEL_ALLOW_EMPTY turned the guard off for every dataset.) session_rating_matches is one
+# row of counts, never empty.
+RETAINED = frozenset({"marts.session_satisfaction"})
 
 
 def _refuse_empty(plans: dict[str, Plan], before: dict, version: str | None, allow_empty: bool) -> None:

@@ -406,15 +406,19 @@ EVENTLOG_DERIVED: dict[str, list[Check]] = {
         not_future("queried_at", blocking=False), in_set("version", (1, 2)),
         *PROVENANCE_CHECKS,
     ],
+    # The retrieval tool's records inside the eventlog's `data` JSON: the engine checks the event,
+    # not its data, so a result, a use or a feedback the tool wrote oddly (rank 0, a signal
+    # "neutral", no query id) is one unusable record: dropped and named in the ledger (it failed
+    # every run, and a re-scrape's corrected copy is another identity, so it failed for good).
     "staging.scry_results": [
-        not_null("query_id"), not_null("rank"), between("rank", 1, None),
+        not_null("query_id").dropping(), not_null("rank").dropping(), between("rank", 1, None).dropping(),
         compound_unique("query_id", "rank", blocking=False),
     ],
     "staging.scry_use": [
-        not_null("query_id"), between("rank", 1, None, blocking=False),
+        not_null("query_id").dropping(), between("rank", 1, None, blocking=False),
     ],
     "staging.scry_feedback": [
-        not_null("query_id"), in_set("signal", ("good", "bad")),
+        not_null("query_id").dropping(), in_set("signal", ("good", "bad")).dropping(),
     ],
 }
 

@@ -172,3 +172,35 @@ def test_a_missing_raw_root_over_the_sample_warehouse_is_refused_and_marks_nothi
     con = duckdb.connect(str(settings.warehouse), read_only=True)
     assert con.execute("select count(*), count(*) filter (where status = 'missing') from ingest.files").fetchall() == [
         (227, 0)]
+
+
+@pytest.mark.slow
+def test_an_odd_retrieval_record_in_the_eventlog_is_dropped_and_named_not_a_failed_run(sample_run_copy):
+    """The engine checks an eventlog event, not the retrieval tool's record inside its `data`: a
+    feedback with signal "neutral" or a result ranked 0 failed every run (`fail` expectations on
+    staging.scry_feedback and scry_results), and a re-scrape's corrected copy is another identity,
+    so for good. Each is now one unusable record: dropped, named in ingest.excluded."""
+    import duckdb
+
+    from dagster_project.pipeline import run_pipeline
+
+    settings = sample_run_copy
+    feedback = {"query_id": "q_20260403_140400_x7k", "signal": "neutral", "comment": None,
+                "session_id": "20260403-100000"}
+    query = {"query_id": "q_odd", "query": "odd ranks", "mode": "hybrid", "session_id": "20260403-100000",
+             "results": [{"doc_id": "src/db/schema.sql", "score": 0.5, "rank": 0, "event_type": "code.file"},
+                         {"doc_id": "src/lib.rs", "score": 0.4, "rank": 1, "event_type": "code.file"}]}
+    with open(settings.raw_dir / "eventlog" / "export.jsonl", "a", encoding="utf-8") as fh:
+        for seq, kind, source_id, data in ((101, "scry.feedback", feedback["query_id"], feedback),
+                                           (102, "scry.query", "q_odd", query)):
+            fh.write(json.dumps({"seq": seq, "event_type": kind, "timestamp": "2026-04-03T15:00:00+00:00",
+                                 "source_id": source_id, "source_file": None, "data": json.dumps(data)}) + "\n")
+    result = run_pipeline(settings)
+    assert result.success, result.failures
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    excluded = con.execute("select table_name, expectation, detail from ingest.excluded where run_id = ? "
+                           "and table_name like 'staging.scry%' order by 1", [result.run_id]).fetchall()
+    assert excluded == [("staging.scry_feedback", "signal in {good, bad}", 'signal = "neutral"'),
+                        ("staging.scry_results", "rank ≥ 1", "rank = 0")]
+    assert con.execute("select count(*) from staging.scry_results where query_id = 'q_odd'").fetchone()[0] == 1
+    con.close()

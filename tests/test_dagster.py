@@ -163,6 +163,30 @@ def test_sensor_requests_runs_only_when_files_appear_grow_or_vanish(lake):
     assert len(set(keys)) == 5 and json.loads(again.cursor)["sources"] == json.loads(gone.cursor)["sources"]
 
 
+def test_sensor_sees_a_commit_to_a_session_store_in_wal_mode(lake):
+    """SQLite in WAL mode commits into the -wal file and leaves the store's size and mtime as they
+    are until a checkpoint: the sensor, which looked at the store alone, missed every rating."""
+    import sqlite3
+
+    store = lake.raw_dir / "sessions" / "session_feedback.sqlite3"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    writer = sqlite3.connect(store)
+    writer.execute("pragma journal_mode = wal")
+    writer.execute("pragma wal_autocheckpoint = 0")  # a busy store's WAL outlives many commits
+    writer.execute("create table session_feedback (id integer primary key, note text)")
+    writer.commit()
+    resources = {"flywheel": resource_for(lake)}
+    cursor = _tick(None, resources).cursor
+    assert _tick(cursor, resources).run_requests == []
+    before = store.stat()
+    writer.execute("insert into session_feedback (note) values ('good')")
+    writer.commit()
+    assert (store.stat().st_size, store.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    changed = _tick(cursor, resources)
+    assert [r.tags["flywheel/changed_sources"] for r in changed.run_requests] == ["session_ratings"]
+    writer.close()
+
+
 def test_sensor_cursor_stays_small_and_an_earlier_sensors_cursor_starts_no_run(lake):
     """The cursor is a digest per source, whatever the number of files; the cursor the earlier
     sensor kept (every file's size and mtime) stands for the same lake, so upgrading starts no run."""

@@ -52,6 +52,14 @@ def lake_fingerprint(settings: Settings) -> dict[str, dict]:
             except OSError:  # gone since it was listed: as if it had not been there
                 continue
             files.append((path, stat.st_size, stat.st_mtime_ns))
+            if spec.format == "sqlite":
+                # a store in WAL mode commits into its -wal file, not the store (the reader
+                # looks at both; the sensor missed every such commit until a checkpoint)
+                try:
+                    wal = os.stat(f"{real}-wal")
+                    files.append((f"{path}-wal", wal.st_size, wal.st_mtime_ns))
+                except OSError:
+                    pass
         fingerprint[spec.name] = _digest(files)
     return fingerprint
 

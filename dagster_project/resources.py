@@ -57,13 +57,16 @@ class FlywheelResource(dg.ConfigurableResource):
         from dagster_project.history import holder_tags
         from dagster_project.pipeline import prepare_state, sweep_dead_runs
 
+        # Tagged with its process before it waits for the writer lock: a run killed while it
+        # waited (behind `flywheel run`, another launch) stayed STARTED for good, holding the
+        # one-run limit, as only runs tagged so are failed by the next run or the dead-runs sensor.
+        # And a run of the UI's asset job (not flywheel_job) is the pipeline's too: history
+        # retention counts the runs with the writer tag.
+        context.instance.add_run_tags(run.run_id, {**WRITER_TAGS, **holder_tags(run.run_id)})
         with ExitStack() as stack:  # a failure here leaves nothing open, and is what is raised
             stack.enter_context(shared_state(settings))
             with state_connection(settings) as con:
                 prepare_state(con, settings)
-            # it holds the writer lock; and a run of the UI's asset job (not flywheel_job) is the
-            # pipeline's too: history retention counts the runs with the writer tag
-            context.instance.add_run_tags(run.run_id, {**WRITER_TAGS, **holder_tags(run.run_id)})
             sweep_dead_runs(context.instance, settings, exclude=run.run_id)
             self._run_state = stack.pop_all()
 

@@ -220,3 +220,46 @@ def test_the_runs_whose_writer_process_is_gone_are_failed_by_a_run_dagster_launc
         con = duckdb.connect(str(settings.state_db), read_only=True)
         assert con.execute("select status from ingest.runs where run_id = ?", [killed]).fetchone() == ("failed",)
         con.close()
+
+
+def test_a_run_killed_while_it_waited_for_the_writer_lock_is_failed_by_the_next(settings, home):
+    """A run `dg launch` or the daemon starts waits in its resource for the writer lock while
+    another writer holds it. Killed there, it stayed STARTED for good and held the one-run limit:
+    it was tagged with its process only once it held the lock, and only runs so tagged are swept."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from dagster_project.definitions import load_definitions
+    from dagster_project.resources import FlywheelResource
+    from dagster_project.state import writer_lock
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", [dumps(interaction(1))])
+    resource = dict(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
+                    export_dir=str(settings.export_dir))
+    with writer_lock(settings):  # another writer (`flywheel run`, a forget) holds the lake
+        waiting = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import dagster as dg
+            from dagster_project.definitions import load_definitions
+            from dagster_project.resources import FlywheelResource
+            with dg.DagsterInstance.from_config({str(home)!r}) as dagster:
+                dg.materialize(list(load_definitions().assets), instance=dagster, selection=["ingest/interactions"],
+                               resources={{"flywheel": FlywheelResource(**{resource!r})}}, raise_on_error=False)
+            """)], env={**os.environ, "FLYWHEEL_DAGSTER_EPHEMERAL": "0"})
+        with dg.DagsterInstance.from_config(str(home)) as dagster:
+            deadline = time.monotonic() + 120
+            started = None  # the run, tagged with its process, waiting for the lock
+            while started is None:
+                assert time.monotonic() < deadline and waiting.poll() is None
+                runs = [r for r in dagster.get_runs() if r.status == dg.DagsterRunStatus.STARTED]
+                started = runs[0] if runs and history.HOLDER_TAG in runs[0].tags else None
+                time.sleep(0.2)
+        waiting.send_signal(signal.SIGKILL)
+        waiting.wait()
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        assert dagster.get_run_by_id(started.run_id).status == dg.DagsterRunStatus.STARTED
+        assert dg.materialize(list(load_definitions().assets), instance=dagster, selection=["ingest/interactions"],
+                              resources={"flywheel": FlywheelResource(**resource)}).success
+        assert dagster.get_run_by_id(started.run_id).status == dg.DagsterRunStatus.FAILURE

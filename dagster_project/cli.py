@@ -302,13 +302,13 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
 def _print_writer(settings: Settings) -> None:
     """A line when a process writes the lake now, or the last one was killed while it did: its
     run is in neither table above until the next run (or the sensor) records it failed."""
-    from dagster_project.state import writer_activity
+    from dagster_project.state import writer_activity, writer_lock_path
 
     activity = writer_activity(settings)
     if activity is None:
         return
     what, holder = activity
-    lock = settings.state_dir / "writer.lock"
+    lock = writer_lock_path(settings)
     if what == "writing":
         out.print(f"[yellow]writing now[/]: {escape(holder)} holds the writer lock ({escape(str(lock))}); the tables above "
                   "are as of the last publish", highlight=False, soft_wrap=True)

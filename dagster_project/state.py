@@ -60,7 +60,7 @@ def writer_lock(settings: Settings, wait_seconds: float = 600) -> Iterator[None]
     block on ourselves); whoever leaves last releases it.
     """
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = settings.state_dir / "writer.lock"
+    lock_path = writer_lock_path(settings)
     key = str(lock_path.resolve())
     with _held_guard:
         held = _held.get(key)
@@ -82,6 +82,11 @@ def writer_lock(settings: Settings, wait_seconds: float = 600) -> Iterator[None]
                 held.fh.close()
 
 
+def writer_lock_path(settings: Settings) -> Path:
+    """The writer lock's file; while held it names its holder (``pid N since T``)."""
+    return settings.state_dir / "writer.lock"
+
+
 def writer_activity(settings: Settings) -> tuple[str, str] | None:
     """Who writes the lake, from the writer lock, for ``flywheel status`` (which never opens the
     state database): ``("writing", holder)`` while a process holds the lock; ``("gone", holder)``
@@ -89,7 +94,7 @@ def writer_activity(settings: Settings) -> tuple[str, str] | None:
     erased (killed by ``kill -9``, the OOM killer, a reboot: its run is recorded failed only by
     the next run or the ``flywheel_dead_runs`` sensor); None otherwise. Takes the lock shared
     for an instant, never waits (a writer starting in that instant retries 0.2 s later)."""
-    lock_path = settings.state_dir / "writer.lock"
+    lock_path = writer_lock_path(settings)
     with _held_guard:
         if str(lock_path.resolve()) in _held:  # this process writes (its own lock would look taken)
             return None

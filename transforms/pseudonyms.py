@@ -23,16 +23,17 @@ per million values on one connection, versus ~2.3 s for a Python/Arrow UDF.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import hashlib
 import hmac
 import os
 import secrets
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
+
+from transforms.sqlfiles import lit
 
 PREFIX = "p_"
 HEX_DIGITS = 32
@@ -98,7 +99,7 @@ def provenance_sql(path: str, name_ids: Iterable[str]) -> str:
     rows keep one provenance per file."""
     name = f"regexp_extract({path}, '[^/]*$')"
     for pattern in name_ids:
-        r = "'" + pattern.replace("'", "''") + "'"
+        r = lit(pattern)
         part = f"regexp_extract({name}, {r}, 2)"
         name = (f"(case when regexp_matches({name}, {r}) then regexp_extract({name}, {r}, 1) || "
                 f"left(fw_hmac_hex('file-name:' || {part}), length({part})) || regexp_extract({name}, {r}, 3) "

@@ -193,15 +193,15 @@ def ensure_shared_paths(con: duckdb.DuckDBPyConnection) -> None:
                 "(path varchar primary key, shared varchar not null, rule varchar)")
 
 
-def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None) -> None:
+def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patterns: list[str]) -> None:
     """``SHARED_PATHS``: each raw file's path as the shared datasets publish it (``fw_provenance``),
     computed once per file, for the files new since the last publish (all of them when the key or
     the rule changed: a pattern fixed must reach the files already noted). Per row, its regexes
     and two digests cost ~7 µs: seconds of a full publish, whose datasets hold a million
-    provenance paths, where a lake has thousands of files."""
+    provenance paths, where a lake has thousands of files. ``patterns``: ``name_ids()``."""
     from transforms.pseudonyms import provenance_sql
 
-    rule = hashlib.sha256(f"{secret}|{provenance_sql('path', name_ids())}".encode()).hexdigest()
+    rule = hashlib.sha256(f"{secret}|{provenance_sql('path', patterns)}".encode()).hexdigest()
     ensure_shared_paths(con)
     con.execute(f"delete from {SHARED_PATHS} where rule is distinct from ?", [rule])
     con.execute(f"insert into {SHARED_PATHS} select path, fw_provenance(path), ? from "
@@ -245,11 +245,12 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
     with _locked(snaps / ".lock"), side_cursors(con, writers - 1) as others:
         _remove_leftovers(export_dir)
         cons = [con, *others]
+        patterns = name_ids()
         for each in cons:
-            register(each, pseudonym_key, name_ids())  # a connection's own macros
+            register(each, pseudonym_key, patterns)  # a connection's own macros
         _gate_validations(con, run_id)
         _ensure_run_columns(con)
-        note_shared_paths(con, versions.secret_hash(pseudonym_key))
+        note_shared_paths(con, versions.secret_hash(pseudonym_key), patterns)
         previous_version = current_version(export_dir)
         previous = read_manifest(export_dir) or {}
         before = previous.get("datasets", {})

@@ -536,6 +536,7 @@ TABLE_COLUMNS.update({
     "lineage.prompt_keys.label": "The final label, positive or negative (DPO's side).",
     "lineage.prompt_keys.timestamp": "The interaction's time (DPO's order and pair times).",
     "lineage.prompt_keys.output_hash": "sha256 of the output text: DPO's distinct answers, compared without reading them.",
+    "lineage.prompt_keys.pairable": "The prompt and the answer both hold more than whitespace: only these are paired in DPO.",
     "lineage.prompt_keys.session_pseudonym": "The session's keyed pseudonym.",
     "lineage.prompt_keys.label_source": "Who gave the winning label (marts.interaction_labels.label_source).",
     "lineage.prompt_keys.labeled_at": "Time of the winning event (marts.interaction_labels.labeled_at).",

@@ -190,6 +190,28 @@ def test_dpo_exact_pairs_grouping_and_identical_responses():
     ]  # (1, 3) excluded: byte-identical responses
 
 
+def test_dpo_pairs_only_prompts_and_answers_that_hold_text():
+    """A blank prompt is no prompt: the blank prompts of unrelated interactions used to form one
+    group, and a blank answer took a candidate's place; every pair of theirs was dropped by the
+    exports' checks (a run failed when they passed 5% of the pairs). KTO drops and records them."""
+    lake = Lake()
+    lake.interaction(1, input_text="real", output_text="A", user_feedback="positive")
+    lake.interaction(2, input_text="real", output_text="B", user_feedback="negative")
+    lake.interaction(3, input_text="  ", output_text="x", user_feedback="positive")
+    lake.interaction(4, input_text="", output_text="y", user_feedback="negative")
+    lake.interaction(5, input_text="\u3000\t", output_text="z", user_feedback="negative")
+    lake.interaction(6, input_text="q", output_text=" \n ", user_feedback="positive")
+    lake.interaction(7, input_text="q", output_text="no", user_feedback="negative")
+    lake.interaction(8, input_text="q", output_text="yes", user_feedback="positive")
+    build(lake)
+    assert set(lake.rows("select chosen_id, rejected_id from exports.dpo")) == {
+        (interaction_id(1), interaction_id(2)), (interaction_id(8), interaction_id(7))}
+    assert lake.rows("select id, pairable from lineage.prompt_keys where not pairable order by id") == sorted(
+        (interaction_id(i), False) for i in (3, 4, 5, 6))
+    kto = {i for (i,) in lake.rows("select example_id from exports.kto")}
+    assert {interaction_id(i) for i in (3, 4, 5, 6)} <= kto  # kto's checks drop and record them
+
+
 def at(minute: int, day: str = "2026-02-26") -> str:
     """A collector time ``minute`` minutes after ``day`` 00:00 (naive, as the collector writes)."""
     return f"{day}T{minute // 60:02d}:{minute % 60:02d}:00"
@@ -413,6 +435,7 @@ ALPHABET = st.sampled_from(list("aAeé\u0301 \t\n\u00a0\u2003\u3000xZ?") + ["e\u
 def test_sql_normalisation_and_split_match_python(s, fraction):
     con = _norm_con()
     assert con.execute("select fw_norm($s)", {"s": s}).fetchall() == [(normalize_text(s),)]
+    assert con.execute("select fw_nonblank($s)", {"s": s}).fetchall() == [(normalize_text(s) != "",)]
     assert con.execute("select fw_split(fw_norm($s), $f)", {"s": s, "f": fraction}).fetchall() == [
         (split_of(s, fraction),)]
 

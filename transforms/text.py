@@ -86,6 +86,8 @@ assert _WS_NOT_SPACE != _WS, "WHITESPACE_RE2 changed shape; update fw_norm"
 MACROS = (
     f"create or replace temp macro fw_norm(s) as "
     f"trim(regexp_replace(nfc_normalize(coalesce(s, '')), '[{_WS}]{{2,}}|[{_WS_NOT_SPACE}]', ' ', 'g'), ' ')",
+    # fw_norm(s) <> '' without normalising: s holds a character that is not whitespace
+    f"create or replace temp macro fw_nonblank(s) as coalesce(regexp_matches(s, '[^{_WS}]'), false)",
     # the split from sha256(normalised prompt), for callers that keep that hash
     f"create or replace temp macro fw_split_hash(prompt_hash, eval_fraction) as "
     f"case when (('0x' || left(prompt_hash, 15))::bigint % {SPLIT_BUCKETS}) "

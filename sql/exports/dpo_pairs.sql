@@ -2,7 +2,10 @@
 -- lineage.prompt_keys alone (no interaction text is read: a group's untouched members cost an
 -- incremental build their keys, not their texts).
 --
--- Groups: interactions whose final label is positive or negative, grouped by (normalised
+-- Groups: interactions whose final label is positive or negative and whose prompt and answer
+-- both hold text (pairable: a blank one could only make pairs the exports' checks drop, and
+-- blank prompts of unrelated interactions would all form one group; kto drops and records
+-- each such interaction in ingest.excluded), grouped by (normalised
 -- input_text, normalised context) (fw_norm: NFC, whitespace runs -> one space, trimmed), i.e.
 -- by (prompt_group, prompt_hash), which determines both.
 -- Responses: within a group and side, a response is a distinct output_text (byte-equal: equal
@@ -28,7 +31,8 @@
 with labelled as (
     select id, "timestamp", label, prompt_group, prompt_hash, has_system, id_hash, output_hash
     from lineage.prompt_keys
-    where ($all or prompt_group in (select key from fw_touched_groups))
+    where pairable
+        and ($all or prompt_group in (select key from fw_touched_groups))
         and ($interactions_retention_days is null
             or "timestamp" >= timezone('UTC', $as_of::date::timestamp
                                        - to_days($interactions_retention_days::integer)))

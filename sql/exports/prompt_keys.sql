@@ -10,6 +10,9 @@
 --   label         the final label (positive or negative), timestamp the interaction's, and
 --   output_hash   sha256(output_text): with them DPO pairs a group's members (sql/exports/
 --                 dpo_pairs.sql) without reading their texts; equal hashes are equal bytes
+--   pairable      the prompt and the answer both hold more than whitespace: DPO pairs only
+--                 these (a blank prompt is no prompt: blank prompts of unrelated interactions
+--                 would form one group whose pairs are all dropped)
 --   label_source, labeled_at, label_was_edited   the final label's provenance (SFT publishes
 --                 it): with label, all sft and kto read of marts.interaction_labels, so an
 --                 incremental build reads the touched interactions' labels here, among the
@@ -26,6 +29,7 @@ with labelled as materialized (
         l.labeled_at,
         l.was_edited as label_was_edited,
         sha256(i.output_text) as output_hash,
+        fw_nonblank(i.output_text) as answered,
         fw_norm(i.input_text) as norm_prompt,
         fw_norm(i.context) as norm_context
     from fw_interactions as i
@@ -50,6 +54,7 @@ select
     l.label,
     l."timestamp",
     l.output_hash,
+    l.norm_prompt <> '' and l.answered as pairable,
     s.session_pseudonym,
     l.label_source,
     l.labeled_at,

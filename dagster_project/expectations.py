@@ -38,8 +38,9 @@ does not look like SHA-256 hex). The README has the table.
 "Not in the future" compares with the run time passed to ``validate_table`` plus
 :data:`FUTURE_SLACK` (one day): a naive local time read in the default zone can legitimately be
 up to +14 h ahead of UTC, and producers' clocks drift; anything later is garbage that would win
-last-wins forever. It drops the row for the time that orders a source's last-wins
-(``spec.order[0]``) and is reported for other time fields (e.g. the signals buffer's skewed
+last-wins forever. It drops the version for the time that orders a source's last-wins
+(``spec.order[0]``; staging then keeps the identity's latest version that passes) and is
+reported for other time fields (e.g. the signals buffer's skewed
 ``timestamp``).
 """
 

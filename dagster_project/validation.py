@@ -1264,6 +1264,9 @@ class DropReport:
     candidates: int
     excluded: dict[str, int] = field(default_factory=dict)  # expectation -> rows excluded by it
     systemic: dict[str, dict] = field(default_factory=dict)  # expectation -> {offending, of, threshold}
+    # a predicate over the table's columns true of a row no drop check excludes (None: no drop
+    # checks): staging gives an identity whose winner was excluded its greatest version that passes
+    passing: str | None = None
 
     @property
     def total(self) -> int:
@@ -1322,7 +1325,9 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
         f"from (select {values} from {quoted} as base{f' where {scope}' if scope else ''}) "
         f"where {' or '.join(predicates)}) c",
         {"run": run_id, "table": table}).fetchone()
-    report = DropReport(table, run_id, int(found[0]))
+    report = DropReport(table, run_id, int(found[0]), passing=" and ".join(
+        f"not coalesce(({_offending(check, now, v=f'({check.expr or _q(check.column)})')[0]}), false)"
+        for check in drops))
     candidates = report.candidates
     if not any(found[1:]):
         return report

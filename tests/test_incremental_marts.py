@@ -3,13 +3,13 @@
 Each example is a random history of appends, every step followed by an incremental build:
 new interactions, new versions of old ones (other text, other label, moved to another prompt
 group), sidecar events for old and new interactions and for interactions not arrived yet
-(orphans), weighted examples, and an identity dropped from staging for one run (a future-dated
-version). At the end every table must equal, row for row, a whole build of the same staging.
+(orphans), weighted examples, an identity dropped from staging for one run (a future-dated
+version), and the instant beyond which sidecar events are left out moving. At the end every table must equal, row for row, a whole build of the same staging.
 """
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
@@ -41,8 +41,11 @@ weighted_op = st.tuples(
     st.just("weighted"), st.sampled_from(PROMPTS), st.sampled_from(OUTPUTS), st.sampled_from([0.5, 1.0, 2.0]),
     st.booleans())
 drop_op = st.tuples(st.just("drop"), st.integers(0, 4))
-step = st.lists(st.one_of(interaction_op, interaction_op, feedback_op, feedback_op, weighted_op, drop_op),
-                min_size=1, max_size=8)
+# the instant beyond which sidecar events are left out (staging.feedback's run time + slack):
+# usually later each run, sometimes earlier
+clock_op = st.tuples(st.just("clock"), st.integers(0, 59))
+step = st.lists(st.one_of(interaction_op, interaction_op, feedback_op, feedback_op, weighted_op, drop_op,
+                          clock_op), min_size=1, max_size=8)
 
 
 # Every history starts with two prompt groups holding preference pairs, which the random
@@ -64,6 +67,8 @@ def apply(lake: Lake, op: tuple) -> int | None:
     elif kind == "feedback":
         _, i, label, minute, edited = op
         lake.feedback(i, label, f"2026-02-26T15:{minute:02d}:00", was_edited=edited)
+    elif kind == "clock":
+        lake.cutoff = datetime(2026, 2, 26, 15, op[1], tzinfo=timezone.utc)
     elif kind == "weighted":
         _, prompt, output, weight, queue = op
         if queue:
@@ -76,7 +81,7 @@ def apply(lake: Lake, op: tuple) -> int | None:
 
 
 def build(lake: Lake, *, incremental: bool, **kw) -> None:
-    build_labels(lake.con, incremental=incremental)
+    build_labels(lake.con, incremental=incremental, cutoff=getattr(lake, "cutoff", None))
     build_training_sets(lake.con, pseudonym_key=KEY, as_of=AS_OF, incremental=incremental, **kw)
 
 

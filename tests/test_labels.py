@@ -157,6 +157,27 @@ def test_orphans_are_listed_then_join_when_the_interaction_arrives():
     assert lake.rows("select count(*) from marts.orphan_feedback") == [(0,)]
 
 
+def test_sidecar_events_beyond_the_cutoff_are_left_out_until_it_passes_them():
+    """staging.feedback's drop step excludes an event stamped beyond its run time + slack; the
+    timelines leave it out too (it set the label, and a time years ahead would win for good)."""
+    lake = Lake()
+    lake.interaction(1, user_feedback="positive", timestamp="2026-02-26T14:00:00")
+    lake.feedback(1, "negative", "2031-01-01T00:00:00", source="manual")
+    lake.feedback(7, "negative", "2031-01-01T00:00:00")  # an orphan with only a future event
+    lake.stage()
+    build_labels(lake.con, cutoff=at("2026-03-02T12:00:00"))
+
+    def got():
+        return (lake.rows("select interaction_id, label, label_source, n_events, conflicting "
+                          "from marts.interaction_labels"),
+                lake.rows("select record_id, n_events from marts.orphan_feedback"))
+    assert got() == ([(interaction_id(1), "positive", "inline", 1, False)], [])
+    build_labels(lake.con, cutoff=at("2031-01-01T00:00:00"))
+    assert got() == ([(interaction_id(1), "negative", "manual", 2, True)], [(interaction_id(7), 1)])
+    build_labels(lake.con)  # no cutoff: every event
+    assert got() == ([(interaction_id(1), "negative", "manual", 2, True)], [(interaction_id(7), 1)])
+
+
 def test_build_is_idempotent():
     lake = Lake()
     lake.interaction(1, user_feedback="positive")

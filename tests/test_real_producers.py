@@ -247,23 +247,36 @@ def test_an_empty_tui_query_and_a_2031_interaction_do_not_stop_the_run(sample_ru
     ratings = raw / "weighted" / "feedback.jsonl"
     ratings_lines = ratings.read_bytes().count(b"\n")
     write_lines(ratings, [TUI_EMPTY_QUERY], mode="ab")
+    # a new id dated 2031; an answer, then a re-flush of it and a thumbs stamped 2031 (a clock
+    # years ahead): the answer and its label stay until 2031 (they used to vanish)
     future = write_lines(raw / "interactions" / "interactions_2026-02-26_0a0a0a0a.jsonl", [
         dumps(interaction("future-1", timestamp="2031-05-01T10:00:00")),
-        dumps(interaction("today-1", timestamp="2026-02-26T10:00:00"))])
+        dumps(interaction("today-1", timestamp="2026-02-26T10:00:00", user_feedback="positive")),
+        dumps(interaction("today-1", timestamp="2031-05-01T10:00:00", output_text="re-flushed"))])
+    thumbs = write_lines(raw / "feedback" / "2031-05-01_feedback.jsonl", [dumps(
+        {"record_id": "today-1", "feedback": "negative", "was_edited": False, "timestamp": "2031-05-01T10:00:00",
+         "source": "manual"})])
 
     result = run_pipeline(lake)
     assert result.success, result.failures
     con = duckdb.connect(str(lake.warehouse), read_only=True)
     ledger = rows(con, "select table_name, row_key, expectation, path, line_number from ingest.excluded "
-                       "where run_id = ? order by table_name", [result.run_id])
+                       "where run_id = ? order by table_name, row_key", [result.run_id])
     content_hash = rows(con, "select content_hash from staging.weighted_ratings where query = ''")[0][0]
     assert [(t, k, e) for t, k, e, _, _ in ledger] == [
         ("exports.kto", f"weighted_rating|{content_hash}", "prompt is a non-empty conversation"),
         ("exports.weighted", f"weighted_rating|{content_hash}", "prompt is a non-empty conversation"),
+        ("staging.feedback", "today-1", "timestamp not in the future"),
         ("staging.interactions", "future-1", "timestamp not in the future"),
+        ("staging.interactions", "today-1", "timestamp not in the future"),
     ]
     assert ledger[1][3:] == ("weighted/feedback.jsonl", ratings_lines + 1)
-    assert ledger[2][3:] == (future.relative_to(raw).as_posix(), 1)
-    assert rows(con, "select count(*) from staging.interactions where id in ('future-1', 'today-1')") == [(1,)]
+    assert ledger[2][3:] == (thumbs.relative_to(raw).as_posix(), 1)
+    assert ledger[3][3:] == (future.relative_to(raw).as_posix(), 1)
+    assert ledger[4][3:] == (future.relative_to(raw).as_posix(), 3)
+    assert rows(con, "select id, output_text from staging.interactions where id in ('future-1', 'today-1')") == [
+        ("today-1", interaction("today-1")["output_text"])]
+    assert rows(con, "select label, label_source, n_events from marts.interaction_labels "
+                     "where interaction_id = 'today-1'") == [("positive", "inline", 1)]
     assert rows(con, "select count(*) from exports.weighted where prompt[-1].content = ''") == [(0,)]
     con.close()

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from conftest import dumps, interaction, rows, write_lines
 from dagster_project.engine import Ingestor
 from dagster_project.engine.readers import sqlite as sqlite_reader
-from dagster_project.expectations import SUITES
+from dagster_project.expectations import FUTURE_SLACK, SUITES
 from dagster_project.sources import load_sources
 from dagster_project.validation import apply_drops
 from test_bronze import SESSIONS, add, rating, store
@@ -56,13 +56,20 @@ class Lake:
                                "where run_id = ? and table_name = ? order by all", [f"run-{self.runs}", table]))
 
     def rebuilt(self, name: str) -> tuple[list, list]:
-        """What a from-scratch rebuild and a whole-table drop step give, in the same database."""
+        """What the rule gives, in the same database: per identity, the greatest version whose
+        order time is not beyond the run time + slack; in the ledger, the versions beyond it that
+        last-wins over every version would have picked (a whole-table drop step over those).
+        Unless they are too many (systemic): then they stay, and the run's validation fails."""
         spec = self.specs[name]
-        self.con.execute(f"create or replace table main.expected as {last_wins_sql(spec)}")
-        apply_drops(self.con, "main.expected", run_id="expected", now=self.now, checks=SUITES[f"staging.{name}"])
-        return (rows(self.con, "select * from main.expected order by all"),
+        cutoff = (self.now + FUTURE_SLACK).isoformat()
+        self.con.execute(f"create or replace table main.would_win as {last_wins_sql(spec)}")
+        report = apply_drops(self.con, "main.would_win", run_id="expected", now=self.now,
+                             checks=SUITES[f"staging.{name}"])
+        where = f"not coalesce({spec.order[0]} > {cutoff!r}::timestamptz, false)"
+        expected = "main.would_win" if report.systemic else f"({last_wins_sql(spec, where=where)})"
+        return (rows(self.con, f"select * from {expected} order by all"),
                 rows(self.con, "select row_key, expectation, detail, path, line_number from ingest.excluded "
-                               "where run_id = 'expected' and table_name = 'main.expected' order by all"))
+                               "where run_id = 'expected' and table_name = 'main.would_win' order by all"))
 
 
 def append(raw, file: str, records: list[dict]) -> None:
@@ -93,29 +100,46 @@ def test_an_append_touching_three_identities_redecides_exactly_those(settings):
                           "order by id") == [("newer",), ("Use open().",)]
 
 
-def test_a_future_dated_winner_is_excluded_until_its_time_comes(settings):
-    append(settings.raw_dir, FILES[0], [interaction(i, timestamp=TIMES[1]) for i in range(30)])
+def test_a_future_dated_winner_is_excluded_until_its_time_comes_and_the_good_version_stays(settings):
+    """A version dated beyond the run time + slack is excluded and named in the ledger; its
+    identity keeps its greatest version that is not (it used to vanish from staging, and so from
+    the labels and training sets, until the future date passed)."""
+    append(settings.raw_dir, FILES[0], [interaction(i, timestamp=TIMES[1]) for i in range(100)])  # 3 of 100 stay under the 5% threshold
+    append(settings.raw_dir, FILES[0], [interaction(101, timestamp=TIMES[4], output_text="only in 2031")])
     lake = Lake(settings)
-    lake.run()
-    append(settings.raw_dir, FILES[0], [interaction(4, timestamp=TIMES[3], output_text="from the future")])
     result = lake.run()["interactions"]
-    assert (result.mode, result.rows, result.drops.total) == ("incremental", 29, 1)
+    assert (result.mode, result.rows, result.drops.total) == ("full", 100, 1)  # 101 has no other version
     assert lake.staged("interactions") == lake.rebuilt("interactions")
+
+    def output(i):
+        return rows(lake.con, f"select output_text from staging.interactions where id like '%{i:04d}'")
+
+    append(settings.raw_dir, FILES[0], [interaction(4, timestamp=TIMES[3], output_text="from the future"),
+                                        interaction(5, timestamp=TIMES[3], output_text="from the future"),
+                                        interaction(5, timestamp=TIMES[4], output_text="further still")])
+    result = lake.run()["interactions"]
+    assert (result.mode, result.rows, result.drops.total) == ("incremental", 100, 3)
+    assert output(4) == output(5) == [("Use open().",)]  # the good versions stay
+    staged = lake.staged("interactions")
+    assert staged == lake.rebuilt("interactions")
+    assert sorted(detail for _, _, detail, _, _ in staged[1]) == [
+        'timestamp = "2026-03-03 08:00:00+00"', 'timestamp = "2031-01-01 00:00:00+00"',
+        'timestamp = "2031-01-01 00:00:00+00"']
     # The ledger keeps one row per exclusion per run, though nothing new arrived.
     lake.now += timedelta(hours=1)
     result = lake.run()["interactions"]
-    assert (result.mode, result.redecided, result.drops.total) == ("incremental", 1, 1)
+    assert (result.mode, result.redecided, result.drops.total) == ("incremental", 3, 3)
     staged = lake.staged("interactions")
-    assert staged == lake.rebuilt("interactions") and len(staged[1]) == 1
+    assert staged == lake.rebuilt("interactions") and len(staged[1]) == 3
     lake.now += timedelta(days=2)  # 2026-03-03T08:00 is no longer beyond the run time + 1 day
     result = lake.run()["interactions"]
-    assert (result.mode, result.rows, result.drops.total) == ("incremental", 30, 0)
-    assert rows(lake.con, "select output_text from staging.interactions where id like '%0004'") == \
-        [("from the future",)]
+    assert (result.mode, result.rows, result.drops.total) == ("incremental", 100, 2)
+    assert output(4) == output(5) == [("from the future",)]
     assert lake.staged("interactions") == lake.rebuilt("interactions")
     lake.now -= timedelta(days=2)  # a run date going back: rebuilt, so it is excluded again
     result = lake.run()["interactions"]
-    assert (result.mode, result.reason, result.drops.total) == ("full", "the drop step's clock went backwards", 1)
+    assert (result.mode, result.reason, result.drops.total) == ("full", "the drop step's clock went backwards", 3)
+    assert output(4) == [("Use open().",)]
     assert lake.staged("interactions") == lake.rebuilt("interactions")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from typing import Any
 
 import duckdb
@@ -87,16 +87,26 @@ def check_days(name: str, value: int | None) -> int | None:
 table_exists = delta.table_exists
 
 
-def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) -> delta.Built:
+def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True,
+                 cutoff: datetime | None = None) -> delta.Built:
     """Build ``marts.interaction_labels`` and ``marts.orphan_feedback``: row counts by table and,
     when incremental, the rows it appended to each (``delta.Built``: all it wrote).
 
     ``incremental``: re-decide only the touched interactions when the last build's watermark
     allows it (the result is the same as a whole build; ``False`` forces a whole build).
+    ``cutoff``: sidecar events stamped later are left out of every timeline (the instant beyond
+    which staging.feedback's drop step excludes them: its run time + slack), so a thumbs dated
+    years ahead neither sets a label now nor wins for good; None keeps every event. A later
+    cutoff than the last build's touches the records of the events it admits; an earlier one
+    rebuilds whole.
     """
+    cutoff = None if cutoff is None else cutoff.astimezone(timezone.utc)
     key = delta.settings_key("labels", delta.raw_epoch(con, "raw.interactions"),
-                             delta.raw_epoch(con, "raw.feedback"), sql=LABEL_SQL)
+                             delta.raw_epoch(con, "raw.feedback"), cutoff is None, sql=LABEL_SQL)
     state = delta.load(con, "labels", key) if incremental else None
+    since = None if state is None or state.get("cutoff") is None else datetime.fromisoformat(state["cutoff"])
+    if since is not None and cutoff is not None and cutoff < since:
+        state = None  # events this build must leave out may be in the labels
     fingerprinted = (delta.has_fingerprints(con, "staging.interactions")
                      and delta.has_fingerprints(con, "raw.feedback"))
     feedback_seq, feedback_rows = con.execute(
@@ -115,10 +125,11 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
     with transaction(con):
         if usable:
             fast = _touched_interactions(con, state)
+            # the records of new events, and of events the later cutoff admits
             con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
-                        "where observed_seq > ? and record_id not in "
-                        "(select key from fw_touched_interactions where key is not null)",
-                        [state["feedback_seq"]])
+                        "where (observed_seq > $seq or \"timestamp\" > $since and \"timestamp\" <= $cutoff) "
+                        "and record_id not in (select key from fw_touched_interactions where key is not null)",
+                        {"seq": state["feedback_seq"], "since": since, "cutoff": cutoff})
             # the touched interactions' staging rows, read once for both tables. On the fast path
             # staging's count and fingerprint sum proved it is the last build's inputs with the
             # replaced rows swapped for the new ones (observed after the watermark): so every row
@@ -132,7 +143,7 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             for name in LABEL_SQL:
                 table = name.replace("/", ".")
                 start = delta.next_rowid(con, table)
-                appended[table] = (start, insert_sql(con, name, {"all": False}))
+                appended[table] = (start, insert_sql(con, name, {"all": False, "cutoff": cutoff}))
             if fast:  # only the new versions' fingerprints changed: no scan of either 1M-row table
                 con.execute(f"delete from {LABEL_INPUTS} where rowid in (select rid from fw_replaced)")
                 con.execute(f"insert into {LABEL_INPUTS} select id, fp, hash(id) from fw_new_rows")
@@ -144,13 +155,14 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True) ->
             delta.temp_keys(con, "fw_touched_interactions")
             con.execute(f"create or replace temp view {INTERACTIONS} as select {LABEL_COLUMNS} from staging.interactions")
             for name in LABEL_SQL:
-                run_sql(con, name, {"all": True})
+                run_sql(con, name, {"all": True, "cutoff": cutoff})
             con.execute(f"create or replace table {LABEL_INPUTS} as "
                         f"select id, {delta.FINGERPRINT} as fp, hash(id) as h from staging.interactions")
         con.execute(f"drop {'table' if usable else 'view'} {INTERACTIONS}")  # made in this transaction
         _log_build(con, full=not usable)
         delta.save(con, "labels", key, {"feedback_seq": feedback_seq, "feedback_rows": feedback_rows,
-                                        "interactions_seq": interactions_seq})
+                                        "interactions_seq": interactions_seq,
+                                        "cutoff": None if cutoff is None else cutoff.isoformat()})
         counts = {t: con.execute(f"select count(*) from {t}").fetchone()[0]
                   for t in ("marts.interaction_labels", "marts.orphan_feedback")}
     return delta.Built(counts, appended, deleted)

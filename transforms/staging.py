@@ -1,9 +1,14 @@
 """Last-wins deduplication: one row per identity, the greatest by the source's total order.
 
+The winner is the greatest version that passes the drop step (``validation.apply_drops``: an
+order time beyond the run time + slack). A version that would win but fails it is excluded and
+named in the ledger, and its identity keeps its greatest version that passes, if any: a re-flush
+dated years ahead does not remove the good row it would have replaced.
+
 ``staging.<source>`` is maintained incrementally: a run re-decides only the identities touched
-since the last build (new raw versions, rows a SQLite delete flagged, identities whose winner was
-excluded last time) by deleting their staging rows and inserting last-wins over *all* raw versions
-of just those identities. Everything else is untouched. Whenever that could differ from a rebuild
+since the last build (new raw versions, rows a SQLite delete flagged, identities a version of
+which was excluded last time) by deleting their staging rows and inserting last-wins over *all*
+raw versions of just those identities. Everything else is untouched. Whenever that could differ from a rebuild
 (raw was dropped and replayed, staging is missing, this code, the drop suite or raw's columns
 changed, the drop step's clock went backwards, the last drop step was systemic) it rebuilds.
 """
@@ -65,8 +70,9 @@ def _window(spec: SourceSpec) -> str:
     return f"qualify row_number() over (partition by {partition} order by {order}) = 1"
 
 
-def last_wins_sql(spec: SourceSpec) -> str:
-    return f"select * from raw.{q(spec.name)}\n{_window(spec)}"
+def last_wins_sql(spec: SourceSpec, where: str | None = None) -> str:
+    """The greatest version of each identity in ``raw.<source>`` (of the rows ``where`` holds)."""
+    return f"select * from raw.{q(spec.name)}\n{f'where {where}' + chr(10) if where else ''}{_window(spec)}"
 
 
 def _same_identity(spec: SourceSpec, a: str, b: str) -> str:
@@ -91,7 +97,9 @@ class StagingResult:
     changed_days: list[str] | None = None
 
 
-DropStep = Callable[..., Any]  # validation.apply_drops: (con, table, *, run_id, now, scope) -> DropReport
+# validation.apply_drops: (con, table, *, run_id, now, scope) -> DropReport, whose ``passing`` is a
+# predicate over the table's columns true of a row no drop check excludes
+DropStep = Callable[..., Any]
 
 
 def log_tombstones(con: duckdb.DuckDBPyConnection, source: str, seq: int, path: str, keys: list[int]) -> None:
@@ -243,8 +251,10 @@ def _full(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, 
         if report.total else
         f"create or replace temp table _stg_touched as select {ids} from raw.{q(spec.name)} r limit 0",
         {"run": run_id, "table": table} if report.total else None)
+    _left_out(con, spec, report, None)
+    fallen_back = _fall_back(con, spec, report)
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="full", redecided=candidates)
-    return StagingResult(candidates - report.total, "full", candidates, reason, report)
+    return StagingResult(candidates - report.total + fallen_back, "full", candidates, reason, report)
 
 
 def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, state: _State,
@@ -281,14 +291,18 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     # Winners outside the scope passed the same checks at an earlier now: only the scope is checked.
     scope = touched_rows if redecided else "false"
     report = drop(con, table, run_id=run_id, now=now, scope=scope)
+    added = inserted - report.total  # the drop step deletes only rows of this insert (its scope)
+    _left_out(con, spec, report, (start, added) if redecided else None)
+    fallen_back = _fall_back(con, spec, report)
+    if fallen_back and days is not None:  # appended after the range's kept rows
+        days |= delta.days_of(con, table, f"base.rowid >= {int(start)}")
+    added += fallen_back
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="incremental",
-            redecided=redecided, kept=(start, inserted - report.total) if redecided else None)
+            redecided=redecided)
     rows = con.execute(f"select count(*) from {staging}").fetchone()[0]
-    # the drop step deletes only rows of this insert (its scope), each named in the ledger
     return StagingResult(rows, "incremental", redecided, f"{redecided} identities since seq {since}", report,
                          scope=f"base.rowid >= {int(start)}" if redecided else "false",
-                         added=inserted - (report.total if redecided else 0),
-                         changed_days=None if days is None else sorted(days))
+                         added=added, changed_days=None if days is None else sorted(days))
 
 
 def added_rows_in_scope(con: duckdb.DuckDBPyConnection, spec: SourceSpec, result: StagingResult) -> bool:
@@ -300,22 +314,46 @@ def added_rows_in_scope(con: duckdb.DuckDBPyConnection, spec: SourceSpec, result
     return result.scope is not None and delta.rows_in(con, f"staging.{spec.name}", result.scope) == result.added
 
 
+def _left_out(con, spec: SourceSpec, report, kept: tuple[int, int] | None) -> None:
+    """``_stg_out``: the touched identities the drop step left without a row, their winner
+    excluded. ``kept``: (first rowid, rows) of what an incremental step inserted and kept, the
+    only rows of a touched identity."""
+    table = f"staging.{spec.name}"
+    if not report.total:  # nothing was deleted: every touched identity that had a version has its row
+        rows = None
+    elif kept and delta.rows_in(con, table, f"base.rowid >= {int(kept[0])}") == kept[1]:
+        # the range still holds exactly the kept rows: look up the touched identities there
+        rows = f"(select * from staging.{q(spec.name)} base where base.rowid >= {int(kept[0])})"
+    else:
+        rows = f"staging.{q(spec.name)}"
+    con.execute("create or replace temp table _stg_out as select t.* from _stg_touched t "
+                + (f"anti join {rows} s on {_same_identity(spec, 't', 's')}" if rows else "limit 0"))
+
+
+def _fall_back(con, spec: SourceSpec, report) -> int:
+    """Give each identity in ``_stg_out`` its greatest version that passes every drop check
+    (``report.passing``, at the same run time): rows added. A version beyond it was excluded,
+    so it is older than the excluded one and, of the versions the drop step would keep, the
+    greatest: what last-wins over those versions gives."""
+    if not report.total or not getattr(report, "passing", None):
+        return 0
+    raw = f"raw.{q(spec.name)}"
+    # the semi join hides _stg_out's columns: the predicate's names are the raw row's
+    return con.execute(f"insert into staging.{q(spec.name)} " + _winners(
+        spec, f"{raw} r semi join _stg_out t on {_same_identity(spec, 'r', 't')} where {report.passing}")
+    ).fetchone()[0]
+
+
 def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State, report, mode: str,
-            redecided: int, kept: tuple[int, int] | None = None) -> None:
-    """Record the identities now excluded and the watermark, in one transaction. ``kept``: (first
-    rowid, rows) of what an incremental step inserted and kept, the only rows of a touched identity."""
+            redecided: int) -> None:
+    """Record the identities a version of which was excluded (``_stg_out``, re-decided next run:
+    an excluded version may pass then) and the watermark, in one transaction."""
     table = f"staging.{spec.name}"
     excluded = _excluded_table(spec)
     with transaction(con):
         # every identity excluded before is in _stg_touched, so this is the whole excluded set
         if redecided or mode == "full":
-            rows = f"staging.{q(spec.name)}"
-            range_sql = f"base.rowid >= {int(kept[0])}" if kept else None
-            if range_sql and delta.rows_in(con, table, range_sql) == kept[1]:
-                # the range still holds exactly the kept rows: look up the touched identities there
-                rows = f"(select * from staging.{q(spec.name)} base where {range_sql})"
-            con.execute(f"create or replace table {excluded} as select t.* from _stg_touched t "
-                        f"anti join {rows} s on {_same_identity(spec, 't', 's')}")
+            con.execute(f"create or replace table {excluded} as select * from _stg_out")
         con.execute(f"delete from {TOMBSTONES} where source = ? and seq <= ?", [spec.name, state.applied_seq or 0])
         con.execute(f"delete from {WATERMARKS} where table_name = ?", [table])
         # A systemic drop keeps its offenders in staging, outside the excluded set: rebuild next time.
@@ -323,3 +361,4 @@ def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State,
             con.execute(f"insert into {WATERMARKS} values (?, ?, ?, ?, ?, ?, ?, ?, now())",
                         [table, state.epoch, state.code_key, state.applied_seq, now, run_id, mode, redecided])
     con.execute("drop table if exists _stg_touched")
+    con.execute("drop table if exists _stg_out")

@@ -1,17 +1,32 @@
 """Marts and training-set tables: labels, ratings and outcomes, TRL training sets."""
 
+from datetime import datetime, timezone
+
 import dagster as dg
 
+from dagster_project.expectations import FUTURE_SLACK
 from dagster_project.metadata import markdown_table
 from dagster_project.tables import TableGroup, table_assets
 from transforms import labels, retrieval, signals, training
+from transforms.delta import table_exists
+from transforms.staging import WATERMARKS
+
+
+def _labels(con, flywheel, context):
+    # A sidecar event staging.feedback's drop step excluded (stamped beyond its run time + slack)
+    # is left out of the timelines too: the same instant, so both agree on every event.
+    row = (con.execute(f"select drop_now from {WATERMARKS} where table_name = 'staging.feedback'").fetchone()
+           if table_exists(con, WATERMARKS) else None)
+    now = row[0] if row and row[0] is not None else datetime.now(timezone.utc)
+    return labels.build_labels(con, cutoff=now + FUTURE_SLACK)
+
 
 LABELS = TableGroup(
     name="interaction_labels",
     group="marts",
     tables=["marts.interaction_labels", "marts.orphan_feedback"],
     deps=["staging/interactions", "staging/feedback"],
-    build=lambda con, flywheel, context: labels.build_labels(con),
+    build=_labels,
     description="final label per interaction from its inline feedback and every sidecar event "
     "(last event wins); sidecar rows whose interaction has not arrived yet wait in orphan_feedback.",
     headline=lambda con: {"marts.interaction_labels": {"by_label": dg.MetadataValue.md(markdown_table(

@@ -3,8 +3,9 @@
 -- Timeline of an interaction = its in-row user_feedback (unless 'none'; from the WINNING
 -- version in staging.interactions, at the interaction's timestamp, label_source 'inline')
 -- + every sidecar event in raw.feedback (all versions; missing was_edited => false, missing
--- source => 'manual'). Byte-identical copies of one physical line (same path and offset)
--- count once.
+-- source => 'manual') not stamped beyond $cutoff (NULL: none is), the instant beyond which
+-- staging.feedback's drop step excludes an event: a time years ahead would win for good.
+-- Byte-identical copies of one physical line (same path and offset) count once.
 --
 -- The final label is the greatest event by the total order
 --   (labeled_at, kind, path, byte_offset, line_number, label, label_source, was_edited)
@@ -52,6 +53,7 @@ sidecar_events as (
         line_number
     from raw.feedback
     where record_id in (select id from interactions)
+        and ($cutoff is null or "timestamp" <= $cutoff)
 ),
 
 events as (

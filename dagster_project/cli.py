@@ -358,12 +358,15 @@ def _print_publications(con: duckdb.DuckDBPyConnection, settings: Settings) -> N
     out.print(table)
     try:
         failed = con.execute(
-            "select table_name, expectation, column_name, observed from ingest.validations "
-            "where not success and run_id = (select max_by(run_id, validated_at) from ingest.validations)").fetchall()
+            "select table_name, expectation, action, observed from ingest.validations "
+            "where not success and run_id = (select max_by(run_id, validated_at) from ingest.validations) "
+            "order by action = 'warn', table_name, expectation").fetchall()
     except duckdb.Error:
         return
-    for table_name, expectation, column, observed in failed:
-        out.print(f"[yellow]validation failed[/] {escape(f'{table_name}: {expectation}({column or str()}) observed {observed}')}",
+    # a warn expectation reports (the run published); a failed drop or fail one stopped the publish
+    for table_name, expectation, action, observed in failed:
+        label = "[yellow]validation warning[/]" if action == "warn" else f"[red]validation failed ({action})[/]"
+        out.print(f"{label} {escape(f'{table_name}: {expectation}; observed {observed}')}",
                   highlight=False, soft_wrap=True)
 
 

@@ -354,7 +354,12 @@ def source_suite(spec: SourceSpec) -> list[Check]:
     return checks + PROVENANCE_CHECKS + STAGING_EXTRAS.get(spec.name, [])
 
 
+# A latency is a wall-clock difference, negative when the clock stepped back: suspicious, not unusable.
+LATENCY = between("latency_ms", 0, None, blocking=False)
+
 STAGING_EXTRAS: dict[str, list[Check]] = {
+    "interactions": [LATENCY],
+    "outcomes": [LATENCY],
     "session_ratings": [
         Check("session_id_opaque is lowercase SHA-256 hex", "regex", "session_id_opaque",
               regex=r"^[0-9a-f]{64}$", blocking=False),

@@ -129,6 +129,18 @@ def test_status_and_quarantine_list_and_export(ran, tmp_path):
     assert len(list(csv.DictReader(csv_path.open()))) == 2
 
 
+def test_status_reports_a_warn_expectation_as_a_warning(env):
+    """A negative latency is kept and reported by a warn expectation: the run published, and
+    status said "validation failed" of it, as of a check that stopped the publish."""
+    write_lines(env.raw_dir / "interactions" / "interactions_2026-02-27_5b0c2f7e.jsonl",
+                [dumps(interaction(3, latency_ms=-1.5))])
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 0, result.output
+    out = " ".join(invoke("status").output.split())
+    assert "validation warning staging.interactions: latency_ms ≥ 0; observed" in out, out
+    assert "validation failed" not in out
+
+
 def test_status_counts_rows_a_drop_expectation_excluded(env):
     write_lines(env.raw_dir / "interactions" / "interactions_2026-02-27_5b0c2f7e.jsonl",
                 [dumps(interaction(3, timestamp="2031-01-01T00:00:00"))])

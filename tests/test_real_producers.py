@@ -215,6 +215,28 @@ def test_staged_instants_follow_write_order_across_runs(tmp_path_factory, case):
 
 # --- every value as written ---------------------------------------------------------------------
 
+def test_a_negative_latency_is_kept_and_reported_not_quarantined(settings):
+    """Collectors measure latency with the wall clock, which steps back (NTP): a negative latency
+    quarantined the whole interaction (bad_value:latency_ms), its text and label lost to training."""
+    from dagster_project.validation import validate_table
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", [
+        dumps(interaction(1, latency_ms=-3.5)), dumps(interaction(2))])
+    write_lines(settings.raw_dir / "outcomes" / "2026-02-26_outcomes.jsonl", [
+        dumps({"id": "o1", "timestamp": "2026-02-26T10:00:00", "outcome": "accepted", "latency_ms": -1})])
+    con, _ = ingest(settings, sources=["interactions", "outcomes"])
+    assert rows(con, "select latency_ms from staging.interactions order by id") == [(-3.5,), (812.5,)]
+    assert rows(con, "select latency_ms from staging.outcomes") == [(-1.0,)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    for table, rows_seen in (("staging.interactions", 2), ("staging.outcomes", 1)):
+        report = validate_table(con, table, run_id="run-1")
+        assert report.success, report.failures  # reported, not blocking
+        (failed,) = [r for r in report.results if r.success is False]
+        assert (failed.name, failed.check.blocking, failed.unexpected_count, failed.element_count) == (
+            "latency_ms ≥ 0", False, 1, rows_seen)
+    con.close()
+
+
 def test_string_fields_are_staged_as_written_not_as_json_text(settings):
     write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", [
         dumps(interaction(1, project_context="")), dumps(interaction(2, project_context="patina")),

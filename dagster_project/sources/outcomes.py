@@ -19,7 +19,9 @@ SOURCE = SourceSpec(
         Field("strategy", "object", required=False, nullable=True),
         Field("outcome", enum=("accepted", "rejected", "neutral")),
         Field("inference_reason", required=False, nullable=True),
-        Field("latency_ms", "float", required=False, nullable=True, minimum=0),
+        # measured with the wall clock, negative when it steps back (NTP): kept, and reported by a
+        # warn expectation (expectations.STAGING_EXTRAS); a bound here quarantined the whole record
+        Field("latency_ms", "float", required=False, nullable=True),
         Field("session_id", required=False, nullable=True),
     ),
     identity=("id",),

@@ -84,8 +84,10 @@ TABLES: dict[str, str] = {
     "staging.scry_use": "One row per recorded use of a retrieval result.",
     "staging.scry_feedback": "One row per explicit good/bad rating of a retrieval query.",
     "marts.interaction_labels": "One row per interaction with at least one feedback event: its final label "
-                                "(the last event wins; equal times: sidecar over inline, then later file and line).",
-    "marts.orphan_feedback": "One row per sidecar feedback record_id whose interaction has not arrived yet.",
+                                "(the last event wins; equal times: sidecar over inline, then later file and line; "
+                                "sidecar events stamped beyond the run time + 1 day left out).",
+    "marts.orphan_feedback": "One row per sidecar feedback record_id whose interaction has not arrived yet "
+                             "(events stamped beyond the run time + 1 day left out).",
     "marts.session_satisfaction": "One row per day (UTC), source and modality: latest end-of-session rating per "
                                   "session within the retention window; aggregates only.",
     "marts.session_rating_matches": "One row: how many rated sessions match interactions via "
@@ -109,7 +111,8 @@ TABLES: dict[str, str] = {
     "exports.sft": "Training set (TRL SFT, conversational): one row per accepted interaction whose final label is positive.",
     "exports.kto": "Training set (TRL KTO): one row per labelled interaction (neutral excluded) or weighted example.",
     "exports.dpo": "Training set (TRL DPO): one row per chosen/rejected response pair to the same normalised "
-                   "prompt and context (at most FLYWHEEL_DPO_MAX_PAIRS per prompt, the earliest).",
+                   "prompt and context (at most FLYWHEEL_DPO_MAX_PAIRS per prompt, the earliest; blank prompts "
+                   "and answers are not paired).",
     "exports.weighted": "Training set: one row per weighted example (queue and TUI ratings) with its weight.",
 }
 
@@ -180,7 +183,8 @@ TABLE_COLUMNS: dict[str, str] = {
         "raw_epoch": "Epoch of raw.<source> (lineage.table_versions) it was built from; another epoch rebuilds it.",
         "code_key": "sha256 of the staging code, the drop suite and raw's columns it was built with.",
         "applied_seq": "The last bronze entry applied to raw when it was built: newer observed_seq is re-decided.",
-        "drop_now": "The time its drop step ran as of; an earlier one rebuilds it.",
+        "drop_now": "The time its drop step ran as of; an earlier one rebuilds it (staging.feedback's: the labels' "
+                    "cutoff for sidecar events, + 1 day).",
         "run_id": "The run that built it.", "mode": "full | incremental.",
         "redecided": "Identities re-decided by that build (full: every identity).",
         "built_at": "When (UTC)."}.items()},
@@ -571,8 +575,9 @@ def source_comments(specs: dict[str, SourceSpec]) -> tuple[dict[str, str], dict[
         tables[f"raw.{name}"] = (f"Every loaded version of every {name} record (one row per loaded line or "
                                  f"row, typed), with provenance. {spec.description}")
         tables[f"staging.{name}"] = (f"One row per identity ({', '.join(spec.identity)}) of {name}: the latest "
-                                     f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}).")
-        tables[f"lineage.staging_excluded_{name}"] = (f"Private: identities of {name} whose latest version a drop "
+                                     f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}) that passes "
+                                     "the drop expectations.")
+        tables[f"lineage.staging_excluded_{name}"] = (f"Private: identities of {name} a version of which a drop "
                                                       "expectation excluded; re-decided every run.")
         for f in spec.fields:
             columns[f"lineage.staging_excluded_{name}.{f.name}"] = field_comment(spec, f)

@@ -19,8 +19,8 @@ as it was (nothing written, or a small table rebuilt whole to the same content) 
 its validation and its snapshot files are reused.
 """
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import dagster as dg
@@ -52,6 +52,11 @@ class TableGroup:
     # Settings the builder reads (names of Settings attributes; "pseudonym_key": its hash):
     # changing one rebuilds the group, so a setting read but not named here is a bug.
     reads: Sequence[str] = ()
+    # Per table: a predicate over an earlier ledger row (alias ``p``) true when an incremental
+    # build recomputed its key (the build's temp tables say which). Such an exclusion is not
+    # carried forward: the drop step saw that key again, and its row now passes or is no longer
+    # produced (a relabelled interaction). Without one, every exclusion not back is carried.
+    recomputed_exclusions: Mapping[str, str] = field(default_factory=dict)
 
     def key(self, table: str) -> dg.AssetKey:
         return dg.AssetKey(table.split("."))
@@ -228,9 +233,12 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
             # some of its rows is not used
             scopes = {table: scope for table, scope in scopes.items()
                       if rows_in(con, table, scope) == built.appended[table][1] - drops[table].total}
-            # an incremental build leaves earlier exclusions out of the table: they still count
+            # an incremental build leaves earlier exclusions out of the table: those of keys it did
+            # not recompute still count (a table built whole was checked whole: nothing to carry)
             carried = {table: carry_exclusions(con, table, run_id=context.run_id,
-                                               previous_run=before.run_id if before else None)
+                                               previous_run=before.run_id if before else None,
+                                               recomputed=spec.recomputed_exclusions.get(table))
+                       if table in built.appended else 0
                        for table, before in built_by.items()}
             for table in spec.tables:
                 # a table rebuilt whole is compared by content with the version it replaces

@@ -1382,13 +1382,16 @@ def _row_key_sql(table: str, suite: list[Check], columns) -> str:
             if keys else "rowid::varchar")
 
 
-def carry_exclusions(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, previous_run: str | None) -> int:
+def carry_exclusions(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, previous_run: str | None,
+                     recomputed: str | None = None) -> int:
     """Record again, for ``run_id``, the exclusions of ``previous_run`` that still hold.
 
     An incremental build recomputes only what changed, so its drop step sees only those rows: a
     row a drop expectation kept out before, that this build neither brought back nor excluded
     again, is still out. Its ledger row is copied to this run so that the ledger of the run that
     built a table (what the manifest and ``flywheel status`` count) names everything it lacks.
+    ``recomputed``: a predicate over the earlier ledger row (alias ``p``) true when this build
+    recomputed its key: not carried (it passes now, was excluded again, or is no longer produced).
     """
     columns = table_columns(con, table)
     suite = SUITES.get(table) or []
@@ -1406,7 +1409,8 @@ def carry_exclusions(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str,
         where p.run_id = $previous and p.table_name = $table
             and not exists (select 1 from ingest.excluded as n where n.run_id = $run
                             and n.table_name = $table and n.row_key = p.row_key and n.expectation = p.expectation)
-            and p.row_key not in (select {_row_key_sql(table, suite, columns)} from {_quote_table(table)})""",
+            and p.row_key not in (select {_row_key_sql(table, suite, columns)} from {_quote_table(table)})
+            {f"and not coalesce(({recomputed}), false)" if recomputed else ""}""",
         {"run": run_id, "previous": previous_run, "table": table}).fetchone()[0])
 
 

@@ -4,7 +4,8 @@ Each example is a random history of appends, every step followed by an increment
 new interactions, new versions of old ones (other text, other label, moved to another prompt
 group), sidecar events for old and new interactions and for interactions not arrived yet
 (orphans), weighted examples, an identity dropped from staging for one run (a future-dated
-version), and the instant beyond which sidecar events are left out moving. At the end every table must equal, row for row, a whole build of the same staging.
+version with no earlier one that passes), and the instant beyond which sidecar events are left
+out moving. At the end every table must equal, row for row, a whole build of the same staging.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ weighted_op = st.tuples(
     st.just("weighted"), st.sampled_from(PROMPTS), st.sampled_from(OUTPUTS), st.sampled_from([0.5, 1.0, 2.0]),
     st.booleans())
 drop_op = st.tuples(st.just("drop"), st.integers(0, 4))
-# the instant beyond which sidecar events are left out (staging.feedback's run time + slack):
-# usually later each run, sometimes earlier
+# the instant beyond which sidecar events are left out (staging.feedback's run time + slack),
+# drawn each time: later than the last (events admitted) or earlier (a rebuild)
 clock_op = st.tuples(st.just("clock"), st.integers(0, 59))
 step = st.lists(st.one_of(interaction_op, interaction_op, feedback_op, feedback_op, weighted_op, drop_op,
                           clock_op), min_size=1, max_size=8)

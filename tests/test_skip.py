@@ -289,6 +289,36 @@ def test_an_incremental_build_still_counts_the_rows_excluded_before(sample_run_c
     assert read_manifest(lake.export_dir)["datasets"]["training/sft"]["excluded_rows"] == 1
 
 
+@pytest.mark.parametrize("full_refresh", [False, True])
+def test_an_exclusion_that_no_longer_holds_is_not_carried(sample_run_copy, full_refresh):
+    """The excluded interaction is relabelled neutral: no longer a training row at all. The next
+    build, incremental or whole, recomputed it: its earlier exclusion was carried forward for good
+    (the ledger, the manifest and ``flywheel status`` counted a row that no longer exists)."""
+    lake = sample_run_copy
+    con = duckdb.connect(str(lake.state_db))
+    (victim,) = con.execute("select interaction_id, path, line_number from exports.sft order by 1 limit 1").fetchall()
+    con.close()
+    record = json.loads((lake.raw_dir / victim[1]).read_text(encoding="utf-8").splitlines()[victim[2] - 1])
+    write_lines(lake.raw_dir / "interactions" / "interactions_2026-04-02_zz000001.jsonl",
+                [dumps({**record, "input_text": ""})])
+    dropped = run_pipeline(lake)
+    assert dropped.success, dropped.failures
+    excluded = "select table_name from ingest.excluded where run_id = ? and row_key like ? order by 1"
+    assert query(lake, excluded, [dropped.run_id, f"%{victim[0]}%"]) == [("exports.kto",), ("exports.sft",)]
+
+    write_lines(lake.raw_dir / "feedback" / "2026-04-02_feedback.jsonl", [dumps({
+        "record_id": victim[0], "feedback": "neutral", "was_edited": False, "timestamp": "2026-04-02T23:00:00",
+        "source": "manual"})], mode="ab")
+    relabelled = run_pipeline(lake, full_refresh=full_refresh)
+    assert relabelled.success, relabelled.failures
+    assert built_by(lake)["exports.sft"] == relabelled.run_id
+    assert query(lake, "select label from marts.interaction_labels where interaction_id = ?", [victim[0]]) == [
+        ("neutral",)]
+    assert query(lake, excluded, [relabelled.run_id, f"%{victim[0]}%"]) == []
+    datasets = read_manifest(lake.export_dir)["datasets"]
+    assert datasets["training/sft"]["excluded_rows"] == datasets["training/kto"]["excluded_rows"] == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # incremental == one full refresh of the final lake (hypothesis)
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from staging_fixtures import DEFAULT_SESSION, Lake, interaction_id
 from transforms import pseudonyms, text
+from dagster_project.validation import apply_drops
 from transforms.labels import build_labels
 from transforms.pseudonyms import load_or_create_key, pseudonym, session_pseudonym
 from transforms.text import normalize_text, split_bucket, split_of
@@ -203,13 +204,16 @@ def test_dpo_pairs_only_prompts_and_answers_that_hold_text():
     lake.interaction(6, input_text="q", output_text=" \n ", user_feedback="positive")
     lake.interaction(7, input_text="q", output_text="no", user_feedback="negative")
     lake.interaction(8, input_text="q", output_text="yes", user_feedback="positive")
+    for i in range(100, 200):  # so that 4 rows of kto are under its 5% threshold
+        lake.interaction(i, input_text=f"filler {i}", output_text="x", user_feedback="positive")
     build(lake)
     assert set(lake.rows("select chosen_id, rejected_id from exports.dpo")) == {
         (interaction_id(1), interaction_id(2)), (interaction_id(8), interaction_id(7))}
     assert lake.rows("select id, pairable from lineage.prompt_keys where not pairable order by id") == sorted(
         (interaction_id(i), False) for i in (3, 4, 5, 6))
-    kto = {i for (i,) in lake.rows("select example_id from exports.kto")}
-    assert {interaction_id(i) for i in (3, 4, 5, 6)} <= kto  # kto's checks drop and record them
+    apply_drops(lake.con, "exports.kto", run_id="run-1")  # kto's checks drop and record them
+    assert lake.rows("select row_key from ingest.excluded where table_name = 'exports.kto' order by 1") == [
+        (f"interaction|{interaction_id(i)}",) for i in (3, 4, 5, 6)]
 
 
 def at(minute: int, day: str = "2026-02-26") -> str:

@@ -1,12 +1,12 @@
 """Final interaction labels (SPEC 4.1) and the analytics marts over ratings and outcomes.
 
 ``build_labels(con)`` builds ``marts.interaction_labels`` and ``marts.orphan_feedback`` from
-``staging.interactions`` and every sidecar event in ``raw.feedback`` (rules in
-``sql/marts/interaction_labels.sql``). ``build_marts(con, as_of=..., ...)`` builds
+``staging.interactions`` and every sidecar event in ``raw.feedback`` not stamped beyond the
+cutoff (rules in ``sql/marts/interaction_labels.sql``). ``build_marts(con, as_of=..., ...)`` builds
 ``marts.session_satisfaction``, ``marts.session_rating_matches`` and ``marts.outcome_rates``.
 The labels are maintained incrementally (``transforms.delta``): a build re-decides only the
 interactions it *touches* (their staging row is new, changed or gone, or a sidecar event for
-them arrived) and logs them in ``lineage.label_changes`` for the training sets; anything it
+them arrived or a later cutoff admitted one) and logs them in ``lineage.label_changes`` for the training sets; anything it
 cannot vouch for rebuilds whole. The session and outcome marts are small aggregates, rebuilt
 whole.
 """
@@ -125,11 +125,14 @@ def build_labels(con: duckdb.DuckDBPyConnection, *, incremental: bool = True,
     with transaction(con):
         if usable:
             fast = _touched_interactions(con, state)
-            # the records of new events, and of events the later cutoff admits
-            con.execute("insert into fw_touched_interactions select distinct record_id from raw.feedback "
-                        "where (observed_seq > $seq or \"timestamp\" > $since and \"timestamp\" <= $cutoff) "
-                        "and record_id not in (select key from fw_touched_interactions where key is not null)",
-                        {"seq": state["feedback_seq"], "since": since, "cutoff": cutoff})
+            # the records of new events, and of events a later cutoff admits (two scans, each
+            # skipping row groups by its column's statistics, not one scan of both columns)
+            admitted = (' union select record_id from raw.feedback where "timestamp" > $since '
+                        'and "timestamp" <= $cutoff' if since is not None and cutoff > since else "")
+            con.execute("insert into fw_touched_interactions select distinct record_id from ("
+                        f"select record_id from raw.feedback where observed_seq > $seq{admitted}) "
+                        "where record_id not in (select key from fw_touched_interactions where key is not null)",
+                        {"seq": state["feedback_seq"], **({"since": since, "cutoff": cutoff} if admitted else {})})
             # the touched interactions' staging rows, read once for both tables. On the fast path
             # staging's count and fingerprint sum proved it is the last build's inputs with the
             # replaced rows swapped for the new ones (observed after the watermark): so every row

@@ -133,9 +133,10 @@ def refresh_staging(con: duckdb.DuckDBPyConnection, spec: SourceSpec, *, run_id:
     """Bring ``staging.<source>`` and its drop step up to date with ``raw.<source>``.
 
     The result (rows, and the ledger ``ingest.excluded`` rows of ``run_id``) equals what a rebuild
-    followed by ``drop`` over the whole table gives: untouched identities keep winners that
-    passed the drop checks at an earlier, not later, ``now`` (``not in the future`` only gets
-    easier to pass), and every identity excluded last time is re-decided every time.
+    followed by ``drop`` over the whole table and the fallback to the greatest passing version
+    gives: untouched identities keep winners that passed the drop checks at an earlier, not
+    later, ``now`` (``not in the future`` only gets easier to pass), and every identity with a
+    version excluded last time is re-decided every time.
     """
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     table = f"staging.{spec.name}"
@@ -252,7 +253,7 @@ def _full(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: DropStep, 
         f"create or replace temp table _stg_touched as select {ids} from raw.{q(spec.name)} r limit 0",
         {"run": run_id, "table": table} if report.total else None)
     _left_out(con, spec, report, None)
-    fallen_back = _fall_back(con, spec, report)
+    fallen_back, _ = _fall_back(con, spec, report, False)
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="full", redecided=candidates)
     return StagingResult(candidates - report.total + fallen_back, "full", candidates, reason, report)
 
@@ -293,9 +294,9 @@ def _incremental(con, spec: SourceSpec, *, run_id: str, now: datetime, drop: Dro
     report = drop(con, table, run_id=run_id, now=now, scope=scope)
     added = inserted - report.total  # the drop step deletes only rows of this insert (its scope)
     _left_out(con, spec, report, (start, added) if redecided else None)
-    fallen_back = _fall_back(con, spec, report)
-    if fallen_back and days is not None:  # appended after the range's kept rows
-        days |= delta.days_of(con, table, f"base.rowid >= {int(start)}")
+    fallen_back, came_back = _fall_back(con, spec, report, days is not None)
+    if days is not None:
+        days |= came_back
     added += fallen_back
     _finish(con, spec, run_id=run_id, now=now, state=state, report=report, mode="incremental",
             redecided=redecided)
@@ -330,18 +331,22 @@ def _left_out(con, spec: SourceSpec, report, kept: tuple[int, int] | None) -> No
                 + (f"anti join {rows} s on {_same_identity(spec, 't', 's')}" if rows else "limit 0"))
 
 
-def _fall_back(con, spec: SourceSpec, report) -> int:
+def _fall_back(con, spec: SourceSpec, report, with_days: bool) -> tuple[int, set[str]]:
     """Give each identity in ``_stg_out`` its greatest version that passes every drop check
-    (``report.passing``, at the same run time): rows added. A version beyond it was excluded,
-    so it is older than the excluded one and, of the versions the drop step would keep, the
-    greatest: what last-wins over those versions gives."""
+    (``report.passing``, at the same run time): rows added, and their event days when
+    ``with_days``. A version beyond it was excluded, so it is older than the excluded one and,
+    of the versions the drop step would keep, the greatest: what last-wins over those gives."""
     if not report.total or not getattr(report, "passing", None):
-        return 0
-    raw = f"raw.{q(spec.name)}"
-    # the semi join hides _stg_out's columns: the predicate's names are the raw row's
-    return con.execute(f"insert into staging.{q(spec.name)} " + _winners(
-        spec, f"{raw} r semi join _stg_out t on {_same_identity(spec, 'r', 't')} where {report.passing}")
-    ).fetchone()[0]
+        return 0, set()
+    table, raw = f"staging.{spec.name}", f"raw.{q(spec.name)}"
+    with transaction(con):  # no checkpoint between the insert and the look at its rowid range
+        start = delta.next_rowid(con, f"staging.{q(spec.name)}")
+        # the semi join hides _stg_out's columns: the predicate's names are the raw row's
+        added = con.execute(f"insert into staging.{q(spec.name)} " + _winners(
+            spec, f"{raw} r semi join _stg_out t on {_same_identity(spec, 'r', 't')} where {report.passing}")
+        ).fetchone()[0]
+        days = delta.days_of(con, table, f"base.rowid >= {int(start)}") if with_days and added else set()
+    return added, days
 
 
 def _finish(con, spec: SourceSpec, *, run_id: str, now: datetime, state: _State, report, mode: str,

@@ -137,7 +137,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         deps=[dg.AssetKey(["ingest", spec.name])],
         group_name="staging",
         description=f"One row per identity ({', '.join(spec.identity)}) of {spec.name}: the latest "
-        f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}).",
+        f"version by ({', '.join([*spec.order, 'path', 'byte_offset'])}) that passes the drop expectations.",
         kinds={"duckdb"},
         check_specs=gx_checks([f"staging.{spec.name}"]),
         op_tags=WRITER_TAGS,

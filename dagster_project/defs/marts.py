@@ -14,8 +14,10 @@ from transforms.staging import WATERMARKS
 
 def _labels(con, flywheel, context):
     # A sidecar event staging.feedback's drop step excluded (stamped beyond its run time + slack)
-    # is left out of the timelines too: the same instant, so both agree on every event.
-    row = (con.execute(f"select drop_now from {WATERMARKS} where table_name = 'staging.feedback'").fetchone()
+    # is left out of the timelines too: when that step ran in this run, at its very instant, so
+    # both agree on every event; else now (staging.feedback reused means no event crossed since).
+    row = (con.execute(f"select drop_now from {WATERMARKS} where table_name = 'staging.feedback' "
+                       "and run_id = ?", [context.run_id]).fetchone()
            if table_exists(con, WATERMARKS) else None)
     now = row[0] if row and row[0] is not None else datetime.now(timezone.utc)
     return labels.build_labels(con, cutoff=now + FUTURE_SLACK)
@@ -27,8 +29,9 @@ LABELS = TableGroup(
     tables=["marts.interaction_labels", "marts.orphan_feedback"],
     deps=["staging/interactions", "staging/feedback"],
     build=_labels,
-    description="final label per interaction from its inline feedback and every sidecar event "
-    "(last event wins); sidecar rows whose interaction has not arrived yet wait in orphan_feedback.",
+    description="final label per interaction from its inline feedback and every sidecar event not "
+    "stamped beyond the run time + 1 day (last event wins); sidecar rows whose interaction has not "
+    "arrived yet wait in orphan_feedback.",
     headline=lambda con: {"marts.interaction_labels": {"by_label": dg.MetadataValue.md(markdown_table(
         con, "select label, label_source, count(*) as interactions, count_if(conflicting) as conflicting "
              "from marts.interaction_labels group by all order by all"))}},
@@ -63,6 +66,18 @@ def _training_sets(con, flywheel, context):
         eval_fraction=settings.eval_fraction, dpo_max_pairs=settings.dpo_max_pairs)
 
 
+# The ledger's row keys (validation: ORDER_KEYS joined by '|') of what an incremental training build
+# recomputed, from its temp tables (transforms.training.RECOMPUTED): sft by interaction, kto and
+# weighted by interaction or weighted example, dpo by prompt group (a sha256: no '|' in it).
+_TRAINING_RECOMPUTED = {
+    "exports.sft": "p.row_key in (select key from fw_touched_interactions)",
+    "exports.kto": "p.row_key in (select 'interaction|' || key from fw_touched_interactions) "
+                   "or (p.row_key not like 'interaction|%' "
+                   "and split_part(p.row_key, '|', 2) in (select key from fw_touched_weighted))",
+    "exports.dpo": "split_part(p.row_key, '|', 1) in (select key from fw_touched_groups)",
+    "exports.weighted": "split_part(p.row_key, '|', 2) in (select key from fw_touched_weighted)",
+}
+
 TRAINING_SETS = TableGroup(
     name="training_sets",
     group="exports",
@@ -71,6 +86,7 @@ TRAINING_SETS = TableGroup(
     build=_training_sets,
     # no run_date: as_of reaches the training sets only through retention, which is off here
     reads=("eval_fraction", "dpo_max_pairs", "pseudonym_key"),
+    recomputed_exclusions=_TRAINING_RECOMPUTED,
     description="TRL conversational training set built from the final labels (split by a hash of "
     "the normalised prompt; ids pseudonymised).",
     headline=lambda con: {"exports.kto": {"class_balance": dg.MetadataValue.json(

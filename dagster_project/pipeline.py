@@ -396,7 +396,8 @@ def step_failures(events) -> tuple[list[tuple[str, str]], list[tuple[str, str]],
     checks: dict[str, list[str]] = {}
     for event in events:
         if (event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
-                and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description):
+                and not event.asset_check_evaluation_data.passed and event.asset_check_evaluation_data.description
+                and event.asset_check_evaluation_data.severity == dg.AssetCheckSeverity.ERROR):
             checks.setdefault(event.step_key, []).append(event.asset_check_evaluation_data.description)
     for event in events:
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:

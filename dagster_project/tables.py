@@ -121,10 +121,15 @@ def gx_check_results(con: duckdb.DuckDBPyConnection, tables: Iterable[str], run_
             record_validations(con, report)
             passed, result, validated_by = report.success, {**_check_summary(report), "validated_on": str(today)}, None
             versions.record_validation(con, table, key, run_id, passed, result)
+        # a warn expectation that failed: the table is published, and the UI shows a warning (a
+        # failed WARN check blocks nothing), not a pass
+        warned = passed and result.get("failed", "none") != "none"
         results.append(dg.AssetCheckResult(
             asset_key=dg.AssetKey(table.split(".")), check_name=GX_CHECK,
-            passed=passed, severity=dg.AssetCheckSeverity.ERROR,
-            description=None if passed else f"{table}: nothing of this run is published.\n{result.get('description')}",
+            passed=passed and not warned,
+            severity=dg.AssetCheckSeverity.WARN if passed else dg.AssetCheckSeverity.ERROR,
+            description=(f"{table}: nothing of this run is published.\n{result.get('description')}" if not passed
+                         else f"{table}: published, with warnings:\n{result['failed']}" if warned else None),
             metadata={"rows_validated": result.get("rows_validated", 0), "expectations": result.get("expectations", 0),
                       "failed": dg.MetadataValue.md(result.get("failed", "none")),
                       "reused_from_run": validated_by or ""}))

@@ -268,6 +268,27 @@ def test_each_check_is_declared_on_the_asset_that_builds_its_table_and_runs_in_i
         assert assets_def.get_spec_for_check_key(key).blocking == (key.name == "great_expectations")
 
 
+def test_a_failed_warn_expectation_is_a_warning_that_blocks_nothing(lake):
+    """A negative latency fails a warn expectation: the check said passed, so the UI showed
+    nothing; it is a WARN check result now, and the step and everything downstream still run."""
+    defs, keys = ingest_and_staging_assets()
+    labels = [dg.AssetKey(["marts", "interaction_labels"]), dg.AssetKey(["marts", "orphan_feedback"])]
+    write_lines(lake.raw_dir / "interactions" / "interactions_2026-02-27_5b0c2f7e.jsonl",
+                [dumps(interaction(9, latency_ms=-2.0))], mode="ab")
+    result = dg.materialize(list(defs.assets), resources={"flywheel": resource_for(lake)},
+                            selection=dg.AssetSelection.assets(*keys, *labels), raise_on_error=False)
+    assert result.success
+    evaluations = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
+                   if e.check_name == "great_expectations"}
+    warning = evaluations["staging/interactions"]
+    assert not warning.passed and warning.severity == dg.AssetCheckSeverity.WARN
+    assert warning.description.startswith("staging.interactions: published, with warnings")
+    assert "latency_ms ≥ 0" in warning.description
+    assert evaluations["staging/feedback"].passed
+    assert {dg.AssetKey(["staging", "interactions"]), *labels} <= {
+        e.asset_key for e in result.get_asset_materialization_events()}
+
+
 def test_a_failing_check_fails_the_step_that_built_its_table_and_nothing_downstream_runs(lake):
     import duckdb
 

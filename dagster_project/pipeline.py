@@ -407,7 +407,13 @@ def step_failures(events) -> tuple[list[tuple[str, str]], list[tuple[str, str]],
                 message += "\n" + "\n".join(checks[event.step_key])
             failures.append((event.step_key or "?", message.strip()))
             traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
-    line = "; ".join(f"{step}: {_first_line(checks.get(step, [msg])[0])}" for step, msg in failures)
+    # steps failing alike (a bad setting fails every ingest step) are named once, with their count
+    alike: dict[str, list[str]] = {}
+    for step, msg in failures:
+        alike.setdefault(_first_line(checks.get(step, [msg])[0]), []).append(step)
+    line = "; ".join(f"{steps[0]}: {first}" if len(steps) == 1 else
+                     f"{first} ({len(steps)} steps: {', '.join(steps[:3])}{', …' if len(steps) > 3 else ''})"
+                     for first, steps in alike.items())
     return failures, traces, line
 
 

@@ -232,6 +232,22 @@ def test_bad_settings_fail_an_asset_with_one_clean_message(lake, monkeypatch):
     assert not lake.state_dir.exists()
 
 
+def test_a_bad_setting_is_named_once_in_the_runs_error_line(lake, monkeypatch):
+    """Every ingest step fails alike on a bad setting: the run's error (ingest.runs.error, what
+    status prints) said it once per step, nine times over."""
+    from dagster_project.pipeline import step_failures
+
+    monkeypatch.setenv("FLYWHEEL_EVAL_FRACTION", "2")
+    defs, keys = ingest_and_staging_assets()
+    ingest = [a for a in defs.assets if any(k.path[0] == "ingest" for k in a.keys)]
+    result = dg.materialize(ingest, resources={"flywheel": resource_for(lake)}, raise_on_error=False)
+    failures, _, line = step_failures(result.all_events)
+    assert len(failures) == len(ingest) >= 4
+    assert line == (f"bad settings: FLYWHEEL_EVAL_FRACTION='2' is not valid: use a number from 0 up to (not "
+                    f"including) 1, e.g. FLYWHEEL_EVAL_FRACTION=0.05 ({len(failures)} steps: "
+                    f"{', '.join([step for step, _ in failures][:3])}, …)")
+
+
 def test_a_missing_raw_root_fails_the_ingest_step_and_marks_no_file_missing(lake, tmp_path):
     from dataclasses import replace
 

@@ -284,24 +284,35 @@ def test_each_check_is_declared_on_the_asset_that_builds_its_table_and_runs_in_i
         assert assets_def.get_spec_for_check_key(key).blocking == (key.name == "great_expectations")
 
 
+LABELS = [dg.AssetKey(["marts", "interaction_labels"]), dg.AssetKey(["marts", "orphan_feedback"])]
+
+
+def through_labels(lake) -> dg.ExecuteInProcessResult:
+    """Ingest, staging and the labels of ``lake`` (a failure is returned, not raised)."""
+    defs, keys = ingest_and_staging_assets()
+    return dg.materialize(list(defs.assets), resources={"flywheel": resource_for(lake)},
+                          selection=dg.AssetSelection.assets(*keys, *LABELS), raise_on_error=False)
+
+
+def gx_evaluations(result) -> dict:
+    return {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
+            if e.check_name == "great_expectations"}
+
+
 def test_a_failed_warn_expectation_is_a_warning_that_blocks_nothing(lake):
     """A negative latency fails a warn expectation: the check said passed, so the UI showed
     nothing; it is a WARN check result now, and the step and everything downstream still run."""
-    defs, keys = ingest_and_staging_assets()
-    labels = [dg.AssetKey(["marts", "interaction_labels"]), dg.AssetKey(["marts", "orphan_feedback"])]
     write_lines(lake.raw_dir / "interactions" / "interactions_2026-02-27_5b0c2f7e.jsonl",
                 [dumps(interaction(9, latency_ms=-2.0))], mode="ab")
-    result = dg.materialize(list(defs.assets), resources={"flywheel": resource_for(lake)},
-                            selection=dg.AssetSelection.assets(*keys, *labels), raise_on_error=False)
+    result = through_labels(lake)
     assert result.success
-    evaluations = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
-                   if e.check_name == "great_expectations"}
+    evaluations = gx_evaluations(result)
     warning = evaluations["staging/interactions"]
     assert not warning.passed and warning.severity == dg.AssetCheckSeverity.WARN
     assert warning.description.startswith("staging.interactions: published, with warnings")
     assert "latency_ms ≥ 0" in warning.description
     assert evaluations["staging/feedback"].passed
-    assert {dg.AssetKey(["staging", "interactions"]), *labels} <= {
+    assert {dg.AssetKey(["staging", "interactions"]), *LABELS} <= {
         e.asset_key for e in result.get_asset_materialization_events()}
 
 
@@ -310,21 +321,16 @@ def test_a_failing_check_fails_the_step_that_built_its_table_and_nothing_downstr
 
     from dagster_project import versions
 
-    defs, keys = ingest_and_staging_assets()
-    labels = [dg.AssetKey(["marts", "interaction_labels"]), dg.AssetKey(["marts", "orphan_feedback"])]
-    run = lambda: dg.materialize(list(defs.assets), resources={"flywheel": resource_for(lake)},  # noqa: E731
-                                 selection=dg.AssetSelection.assets(*keys, *labels), raise_on_error=False)
-    assert run().success
+    assert through_labels(lake).success
     con = duckdb.connect(str(lake.state_db))
     con.execute("update raw.interactions set tokens_used = -5 where id = ?", [interaction(1)["id"]])
     versions.bump(con, "raw.interactions", None, reset=True)  # rewritten in place: staging rebuilds
     con.close()
-    result = run()
+    result = through_labels(lake)
     assert not result.success
     failed = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     assert [e.step_key for e in failed] == ["staging__interactions"]
-    evaluations = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
-                   if e.check_name == "great_expectations"}
+    evaluations = gx_evaluations(result)
     failure = evaluations["staging/interactions"]
     assert not failure.passed and failure.severity == dg.AssetCheckSeverity.ERROR
     assert failure.description.startswith("staging.interactions: nothing of this run is published")
@@ -334,7 +340,7 @@ def test_a_failing_check_fails_the_step_that_built_its_table_and_nothing_downstr
     assert result.asset_materializations_for_node("staging__interactions")
     started = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_START}
     assert {"staging__interactions", "staging__feedback"} <= started and "interaction_labels" not in started
-    assert not {e.asset_key for e in result.get_asset_materialization_events()} & set(labels)
+    assert not {e.asset_key for e in result.get_asset_materialization_events()} & set(LABELS)
 
 
 def test_only_a_run_of_the_whole_job_with_every_table_validated_publishes(lake):

@@ -183,8 +183,8 @@ TABLE_COLUMNS: dict[str, str] = {
         "raw_epoch": "Epoch of raw.<source> (lineage.table_versions) it was built from; another epoch rebuilds it.",
         "code_key": "sha256 of the staging code, the drop suite and raw's columns it was built with.",
         "applied_seq": "The last bronze entry applied to raw when it was built: newer observed_seq is re-decided.",
-        "drop_now": "The time its drop step ran as of; an earlier one rebuilds it (staging.feedback's: the labels' "
-                    "cutoff for sidecar events, + 1 day).",
+        "drop_now": "The time its drop step ran as of, or a later run found it still current; an earlier one rebuilds "
+                    "it (staging.feedback's + 1 day: the labels' cutoff for sidecar events).",
         "run_id": "The run that built it.", "mode": "full | incremental.",
         "redecided": "Identities re-decided by that build (full: every identity).",
         "built_at": "When (UTC)."}.items()},

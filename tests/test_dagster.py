@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 import os
 import subprocess
 import sys
@@ -297,6 +298,40 @@ def through_labels(lake) -> dg.ExecuteInProcessResult:
 def gx_evaluations(result) -> dict:
     return {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
             if e.check_name == "great_expectations"}
+
+
+def test_the_labels_leave_out_sidecar_events_beyond_the_instant_staging_feedback_is_current_as_of(lake):
+    """The labels' cutoff is staging.feedback's drop time + 1 day, also when a run reuses that
+    table: taking the labels step's own clock then, an event crossing the cutoff in the seconds
+    between the two steps set a label while staging.feedback still excluded it."""
+    from datetime import timedelta
+
+    import duckdb
+
+    from transforms.delta import WATERMARKS as BUILDS
+    from transforms.staging import WATERMARKS
+
+    def cutoffs():
+        con = duckdb.connect(str(lake.state_db), read_only=True)
+        try:
+            (drop_now,) = con.execute(f"select drop_now from {WATERMARKS} where table_name = 'staging.feedback'"
+                                      ).fetchone()
+            (state,) = con.execute(f"select state from {BUILDS} where builder = 'labels'").fetchone()
+            return drop_now, datetime.fromisoformat(json.loads(state)["cutoff"])
+        finally:
+            con.close()
+
+    assert through_labels(lake).success
+    built, cutoff = cutoffs()
+    assert cutoff == built + timedelta(days=1)
+    # a new interaction: the labels build again, staging.feedback is reused
+    write_lines(lake.raw_dir / "interactions" / "interactions_2026-02-27_5b0c2f7e.jsonl",
+                [dumps(interaction(9))], mode="ab")
+    result = through_labels(lake)
+    assert result.success
+    assert result.asset_materializations_for_node("staging__feedback")[0].metadata["reused"].value is True
+    reused, cutoff = cutoffs()
+    assert reused > built and cutoff == reused + timedelta(days=1)
 
 
 def test_a_failed_warn_expectation_is_a_warning_that_blocks_nothing(lake):

@@ -27,7 +27,7 @@ from dagster_project.validation import apply_drops
 from transforms.classify import q
 from transforms.spec import SourceSpec
 from transforms.sqlfiles import materialize
-from transforms.staging import added_rows_in_scope, refresh_staging
+from transforms.staging import added_rows_in_scope, note_still_current, refresh_staging
 
 
 class IngestConfig(dg.Config):
@@ -146,8 +146,10 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         table = f"staging.{spec.name}"
         sample_columns = ", ".join(q(f.name) for f in spec.fields[:6]) + ", path, line_number"
         with flywheel.state() as con:
-            key = staging_key(con, spec, flywheel)
+            now = datetime.now(timezone.utc)
+            key = staging_key(con, spec, flywheel, now)
             if versions.reusable(con, [table], key):
+                note_still_current(con, spec, now)  # the labels' cutoff for sidecar events reads it
                 return dg.MaterializeResult(metadata={
                     **reused_metadata(con, [table], context.run_id)[table],
                     "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)},
@@ -156,7 +158,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             versions.invalidate(con, table)  # a build that fails half-way must not look current
             # incremental when sound; drop expectations (a time beyond the future slack) apply
             # before marts read it
-            staged = refresh_staging(con, spec, run_id=context.run_id, drop=apply_drops)
+            staged = refresh_staging(con, spec, run_id=context.run_id, drop=apply_drops, now=now)
             rows, drops = staged.rows, staged.drops
             versions.record_build(con, table, key, context.run_id)
             # which days' files the snapshot must hash again (all of them after a rebuild)
@@ -182,7 +184,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     return _staging
 
 
-def staging_key(con, spec: SourceSpec, flywheel: FlywheelResource) -> str:
+def staging_key(con, spec: SourceSpec, flywheel: FlywheelResource, now: datetime) -> str:
     """Staging is a function of raw, the source's declaration and the code, and of the clock only
     through its drop expectation "the last-wins time is not beyond now + slack". Of the clock,
     what matters is how many raw versions are still beyond it: that set only shrinks as time
@@ -190,7 +192,7 @@ def staging_key(con, spec: SourceSpec, flywheel: FlywheelResource) -> str:
     order = spec.order[0] if spec.order else None
     beyond = None
     if order and any(f.name == order and f.time for f in spec.fields):
-        cutoff = datetime.now(timezone.utc) + FUTURE_SLACK
+        cutoff = now + FUTURE_SLACK
         beyond = count(con, f"select count(*) from raw.{q(spec.name)} where {q(order)} > $cutoff",
                        {"cutoff": cutoff}) if versions.exists(con, f"raw.{spec.name}") else 0
     return versions.input_key(con, [f"raw.{spec.name}"], {

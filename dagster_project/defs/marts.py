@@ -14,10 +14,10 @@ from transforms.staging import WATERMARKS
 
 def _labels(con, flywheel, context):
     # A sidecar event staging.feedback's drop step excluded (stamped beyond its run time + slack)
-    # is left out of the timelines too: when that step ran in this run, at its very instant, so
-    # both agree on every event; else now (staging.feedback reused means no event crossed since).
-    row = (con.execute(f"select drop_now from {WATERMARKS} where table_name = 'staging.feedback' "
-                       "and run_id = ?", [context.run_id]).fetchone()
+    # is left out of the timelines too, at the same instant, so that both agree on every event:
+    # the time that step ran as of, or, reused, the time this run found it still current (now
+    # could be seconds later: an event crossing in between was in the labels, not in staging).
+    row = (con.execute(f"select drop_now from {WATERMARKS} where table_name = 'staging.feedback'").fetchone()
            if table_exists(con, WATERMARKS) else None)
     now = row[0] if row and row[0] is not None else datetime.now(timezone.utc)
     return labels.build_labels(con, cutoff=now + FUTURE_SLACK)

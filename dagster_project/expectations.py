@@ -14,7 +14,8 @@ Every check has an **action** (as Lakeflow/DLT expectations do):
   is published, each recorded in the ledger ``ingest.excluded`` with this check's name
   (``validation.apply_drops``); *systemic* failure still blocks: when more than ``1 - mostly``
   of the candidate rows (and more than one row) offend, nothing is dropped and the check fails
-  the run (a broken producer or a bug, not one odd record);
+  the run (a broken producer or a bug, not one odd record); staging's "not in the future" has
+  no threshold (``source_suite``);
 * ``fail`` — blocks the run: contract-level guarantees (schema, identity uniqueness after
   last-wins, engine-enforced types/enums/ranges, split leakage, raw ids in an export).
 
@@ -348,7 +349,11 @@ def source_suite(spec: SourceSpec) -> list[Check]:
             checks.append(between(f.name, low, f.maximum, strict_min=f.exclusive_minimum is not None))
         if f.time:
             check = not_future(f.name, show=(f"{f.name}_text",))
-            checks.append(check.dropping() if f.name == order_time else check.reporting())
+            # No threshold: many versions from the future mean a producer's clock is wrong, not its
+            # records, and raw keeps them (the system of record), so failing the run would fail
+            # every run until their date comes (two such lines of a 30-row source did, till 2031).
+            # Each is excluded, named in the ledger, and wins once its time comes.
+            checks.append(check.dropping(mostly=0.0) if f.name == order_time else check.reporting())
     # content_hash is only filled for sources identified by content (the engine skips the cost
     # elsewhere), so it is checked through the identity above, not on its own.
     return checks + PROVENANCE_CHECKS + STAGING_EXTRAS.get(spec.name, [])

@@ -129,6 +129,46 @@ def test_status_and_quarantine_list_and_export(ran, tmp_path):
     assert len(list(csv.DictReader(csv_path.open()))) == 2
 
 
+def test_a_run_whose_only_new_record_is_excluded_publishes_its_ledger_row(env):
+    """A re-flush stamped years ahead is excluded and the interaction keeps its row: the tables
+    hash as before, and the run published nothing, so the warehouse (and the run's summary:
+    "Excluded rows: none") did not say why that record is missing."""
+    assert invoke("run", "--quiet").exit_code == 0
+    path = next((env.raw_dir / "interactions").glob("*.jsonl"))
+    first = next(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.startswith("{") and '"id"' in line)
+    write_lines(env.raw_dir / "interactions" / "interactions_2031-01-01_5b0c2f7e.jsonl",
+                [dumps({**first, "timestamp": "2031-01-01T00:00:00", "output_text": "from 2031"})])
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "Nothing changed" not in result.output
+    excluded = result.output.split("Excluded rows")[1]
+    assert "staging.interactions" in excluded and "timestamp not in the future" in excluded
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    assert con.execute("select row_key, path from ingest.excluded").fetchall() == [
+        (first["id"], "interactions/interactions_2031-01-01_5b0c2f7e.jsonl")]
+    assert con.execute("select output_text from staging.interactions where id = ?", [first["id"]]).fetchall() == [
+        (first["output_text"],)]
+    con.close()
+    assert "Nothing changed" in invoke("run", "--quiet").output  # and once only
+
+
+def test_future_dated_lines_in_a_small_source_do_not_fail_every_run_until_their_date(env):
+    """Three lines stamped 2099 beside two good ones were more than 5% of the table: the run
+    failed, and so did every run after it, a full refresh too, as raw keeps them (the producer
+    cannot take them back). A clock, not the records, is wrong: each is excluded and named."""
+    write_lines(env.raw_dir / "interactions" / "interactions_2099-01-01_00000000.jsonl",
+                [dumps(interaction(100 + i, timestamp="2099-01-01T10:00:00")) for i in range(3)])
+    for args in (("run", "--quiet"), ("run", "--full-refresh", "--quiet")):
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    assert con.execute("select count(*) from ingest.excluded where table_name = 'staging.interactions' "
+                       "and expectation = 'timestamp not in the future'").fetchall() == [(3,)]
+    assert con.execute("select count(*) from staging.interactions").fetchall() == [(2,)]
+    con.close()
+
+
 def test_status_reports_a_warn_expectation_as_a_warning(env):
     """A negative latency is kept and reported by a warn expectation: the run published, and
     status said "validation failed" of it, as of a check that stopped the publish."""
@@ -326,8 +366,9 @@ def test_status_lists_runs_that_published_nothing_failed_ones_with_their_error(e
     assert invoke("run", "--quiet").exit_code == 0
     unchanged = invoke("run", "--quiet")
     assert unchanged.exit_code == 0 and "Nothing changed" in unchanged.output
-    write_lines(env.raw_dir / "interactions" / "interactions_2099-01-01_00000000.jsonl",
-                [dumps(interaction(100 + i, timestamp="2099-01-01T10:00:00")) for i in range(5)])
+    # accepted thumbs-up answers to blank prompts, too many of sft's rows to drop: systemic
+    write_lines(env.raw_dir / "interactions" / "interactions_2026-02-28_00000000.jsonl",
+                [dumps(interaction(100 + i, input_text="", user_feedback="positive")) for i in range(5)])
     failed = invoke("run", "--quiet")
     assert failed.exit_code == 1
     status = invoke("status")
@@ -337,7 +378,7 @@ def test_status_lists_runs_that_published_nothing_failed_ones_with_their_error(e
     snapshots = [line.split("│")[8].strip() for line in table.splitlines() if line.startswith("│")]
     assert statuses == ["failed", "success", "success"] and snapshots == ["", "unchanged", "published"]
     [error] = [line for line in status.output.splitlines() if line.startswith("run ")]
-    assert " failed: " in error and "timestamp" in error
+    assert " failed: " in error and "prompt is a non-empty conversation" in error
 
 
 def test_status_names_a_writer_at_work_and_one_killed_while_it_held_the_lake(env):

@@ -19,7 +19,8 @@ view's directory checked against the manifest and every new view bound, manifest
 ``current`` is replaced: a kill, ENOSPC or error at any
 point leaves the previous snapshot current. Snapshots newer than ``current`` are leftovers of
 runs that never committed; the next publish removes them. A run whose every table hashes as in
-the current snapshot publishes nothing (``status="unchanged"``). Run-log tables (``ingest.runs``,
+the current snapshot, each with as many rows excluded as it says, publishes nothing
+(``status="unchanged"``). Run-log tables (``ingest.runs``,
 ``ingest.validations``, ``ingest.excluded``, ``ingest.files`` whose ``last_run_id`` moves every
 run, ``ingest.file_events``, ``ingest.erasures``, ``ingest.bronze_applied``) record the run
 itself and do not count as change.
@@ -267,7 +268,11 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         plans.update(zip((d.path for d in hashed), on_connections(
             cons, hashed, lambda c, d: _plan(c, d, objects, inputs[d.path], before.get(d.path), secret))))
         hook("hashed")
-        if previous and _unchanged(plans, before):
+        # what a drop expectation keeps out of each table is published too: a run whose only new
+        # record was excluded (a re-flush stamped years ahead: the table keeps its row) publishes
+        # its ledger row, or the warehouse would not say why that record is missing
+        excluded = _excluded(con, run_id, versions.built_by(con))
+        if previous and _unchanged(plans, before, excluded):
             _note_input_versions(con, snaps / previous_version, previous, plans, inputs, tables)
             _record_snapshot(con, run_id, previous_version, "unchanged")
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
@@ -290,7 +295,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         try:
             snap.mkdir()
             manifest = _write_snapshot(cons, snap, plans, objects, run_id, created, previous_version, watermarks,
-                                       hook, inputs, tables, previous)
+                                       hook, inputs, tables, previous, excluded)
             tmp = export_dir / f".{CURRENT}.link-{os.getpid()}"
             tmp.unlink(missing_ok=True)
             os.symlink(f"{SNAPSHOTS}/{version}", tmp)
@@ -319,7 +324,8 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
 
 def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: dict[str, Plan], objects: Path,
                     run_id: str, created: datetime, previous_version: str | None, watermarks: dict | None,
-                    hook: Hook, inputs: dict[str, str | None], tables: dict[str, str | None], previous: dict) -> dict:
+                    hook: Hook, inputs: dict[str, str | None], tables: dict[str, str | None], previous: dict,
+                    excluded: dict[str, int]) -> dict:
     con = cons[0]
     known = _known_objects(snap.parent)
     pending: dict[str, Path] = {}
@@ -353,7 +359,6 @@ def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: di
         previous=snap.parent / previous_version / WAREHOUSE_FILE if previous_version else None)
     hook("warehouse_built")
     built = versions.built_by(con)
-    excluded = _excluded(con, run_id, built)
     validation = validation_summary(con, run_id)
     manifest = {
         "format": FORMAT, "version": snap.name, "run_id": run_id, "created_at": created.isoformat(),
@@ -469,11 +474,12 @@ def _write_manifest(snap: Path, manifest: dict) -> None:
     os.replace(tmp, snap / MANIFEST)
 
 
-def _unchanged(plans: dict[str, Plan], before: dict) -> bool:
+def _unchanged(plans: dict[str, Plan], before: dict, excluded: dict[str, int]) -> bool:
     compared = {p for p, pl in plans.items() if pl.dataset.table not in RUN_LOG}
     if compared != {p for p, d in before.items() if d.get("table") not in RUN_LOG}:
         return False
-    return all(before[p].get("content_hash") == plans[p].content_hash for p in compared)
+    return all(before[p].get("content_hash") == plans[p].content_hash
+               and before[p].get("excluded_rows", 0) == excluded.get(plans[p].dataset.table, 0) for p in compared)
 
 
 # Marts that list exceptions, empty in the normal course: feedback whose interaction has not

@@ -321,6 +321,9 @@ def test_the_labels_leave_out_sidecar_events_beyond_the_instant_staging_feedback
         finally:
             con.close()
 
+    # a thumbs stamped 2099: excluded by staging.feedback, left out of the labels
+    write_lines(lake.raw_dir / "feedback" / "2099-01-01_feedback.jsonl", [dumps(
+        {"record_id": interaction(1)["id"], "feedback": "negative", "timestamp": "2099-01-01T00:00:00"})])
     assert through_labels(lake).success
     built, cutoff = cutoffs()
     assert cutoff == built + timedelta(days=1)
@@ -332,6 +335,10 @@ def test_the_labels_leave_out_sidecar_events_beyond_the_instant_staging_feedback
     assert result.asset_materializations_for_node("staging__feedback")[0].metadata["reused"].value is True
     reused, cutoff = cutoffs()
     assert reused > built and cutoff == reused + timedelta(days=1)
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    assert con.execute("select n_events from marts.interaction_labels where interaction_id = ?",
+                       [interaction(1)["id"]]).fetchall() == [(1,)]  # its inline one: the 2099 one left out
+    con.close()
 
 
 def test_a_failed_warn_expectation_is_a_warning_that_blocks_nothing(lake):

@@ -154,7 +154,8 @@ def note_still_current(con: duckdb.DuckDBPyConnection, spec: SourceSpec, now: da
     """A run reuses ``staging.<source>``: raw is unchanged and as many versions lie beyond the
     cutoff as when it was built, so it is what a drop step at ``now`` gives. Its watermark's
     ``drop_now`` moves to ``now`` (the instant beyond which the labels leave sidecar events out
-    is staging.feedback's ``drop_now`` + slack, as of this run)."""
+    is staging.feedback's ``drop_now`` + slack, as of this run). Needless when no version lies
+    beyond the cutoff: every one passes whatever the instant."""
     if delta.table_exists(con, WATERMARKS):
         con.execute(f"update {WATERMARKS} set drop_now = $now where table_name = $table and drop_now < $now",
                     {"now": now, "table": f"staging.{spec.name}"})

@@ -147,9 +147,11 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         sample_columns = ", ".join(q(f.name) for f in spec.fields[:6]) + ", path, line_number"
         with flywheel.state() as con:
             now = datetime.now(timezone.utc)
-            key = staging_key(con, spec, flywheel, now)
+            beyond = versions_beyond(con, spec, now)
+            key = staging_key(con, spec, beyond)
             if versions.reusable(con, [table], key):
-                note_still_current(con, spec, now)  # the labels' cutoff for sidecar events reads it
+                if beyond:  # with none beyond, every version passes whatever the instant (a write spared)
+                    note_still_current(con, spec, now)  # the labels' cutoff for sidecar events reads it
                 return dg.MaterializeResult(metadata={
                     **reused_metadata(con, [table], context.run_id)[table],
                     "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)},
@@ -184,17 +186,21 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     return _staging
 
 
-def staging_key(con, spec: SourceSpec, flywheel: FlywheelResource, now: datetime) -> str:
-    """Staging is a function of raw, the source's declaration and the code, and of the clock only
-    through its drop expectation "the last-wins time is not beyond now + slack". Of the clock,
-    what matters is how many raw versions are still beyond it: that set only shrinks as time
-    passes, so an equal count is an equal set and an equal table (a new day alone rebuilds nothing)."""
+def versions_beyond(con, spec: SourceSpec, now: datetime) -> int | None:
+    """How many raw versions the drop expectation "the last-wins time is not beyond now + slack"
+    excludes (None: the source's order is no time)."""
     order = spec.order[0] if spec.order else None
-    beyond = None
-    if order and any(f.name == order and f.time for f in spec.fields):
-        cutoff = now + FUTURE_SLACK
-        beyond = count(con, f"select count(*) from raw.{q(spec.name)} where {q(order)} > $cutoff",
-                       {"cutoff": cutoff}) if versions.exists(con, f"raw.{spec.name}") else 0
+    if not (order and any(f.name == order and f.time for f in spec.fields)):
+        return None
+    return count(con, f"select count(*) from raw.{q(spec.name)} where {q(order)} > $cutoff",
+                 {"cutoff": now + FUTURE_SLACK}) if versions.exists(con, f"raw.{spec.name}") else 0
+
+
+def staging_key(con, spec: SourceSpec, beyond: int | None) -> str:
+    """Staging is a function of raw, the source's declaration and the code, and of the clock only
+    through its drop expectation (``versions_beyond``). Of the clock, what matters is how many raw
+    versions are still beyond it: that set only shrinks as time passes, so an equal count is an
+    equal set and an equal table (a new day alone rebuilds nothing)."""
     return versions.input_key(con, [f"raw.{spec.name}"], {
         "spec": repr(dataclasses.asdict(spec)), "versions_beyond_now": beyond})
 

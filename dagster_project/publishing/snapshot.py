@@ -271,7 +271,8 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         # what a drop expectation keeps out of each table is published too: a run whose only new
         # record was excluded (a re-flush stamped years ahead: the table keeps its row) publishes
         # its ledger row, or the warehouse would not say why that record is missing
-        excluded = _excluded(con, run_id, versions.built_by(con))
+        built = versions.built_by(con)
+        excluded = _excluded(con, run_id, built)
         if previous and _unchanged(plans, before, excluded):
             _note_input_versions(con, snaps / previous_version, previous, plans, inputs, tables)
             _record_snapshot(con, run_id, previous_version, "unchanged")
@@ -295,7 +296,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         try:
             snap.mkdir()
             manifest = _write_snapshot(cons, snap, plans, objects, run_id, created, previous_version, watermarks,
-                                       hook, inputs, tables, previous, excluded)
+                                       hook, inputs, tables, previous, built, excluded)
             tmp = export_dir / f".{CURRENT}.link-{os.getpid()}"
             tmp.unlink(missing_ok=True)
             os.symlink(f"{SNAPSHOTS}/{version}", tmp)
@@ -325,7 +326,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
 def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: dict[str, Plan], objects: Path,
                     run_id: str, created: datetime, previous_version: str | None, watermarks: dict | None,
                     hook: Hook, inputs: dict[str, str | None], tables: dict[str, str | None], previous: dict,
-                    excluded: dict[str, int]) -> dict:
+                    built: dict[str, str], excluded: dict[str, int]) -> dict:
     con = cons[0]
     known = _known_objects(snap.parent)
     pending: dict[str, Path] = {}
@@ -358,7 +359,6 @@ def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: di
         con, snap / WAREHOUSE_FILE, views, kept=kept, previous_entry=previous.get("warehouse"),
         previous=snap.parent / previous_version / WAREHOUSE_FILE if previous_version else None)
     hook("warehouse_built")
-    built = versions.built_by(con)
     validation = validation_summary(con, run_id)
     manifest = {
         "format": FORMAT, "version": snap.name, "run_id": run_id, "created_at": created.isoformat(),

@@ -704,6 +704,18 @@ def record_erasure(con: duckdb.DuckDBPyConnection, kind: str, rows: dict[str, di
                      c.get("snapshot", 0), snapshots])
 
 
+def expired_rows(con: duckdb.DuckDBPyConnection, settings: Settings, spec: SourceSpec, layer: str) -> int:
+    """Rows of ``<layer>.<source>`` that retention expires as of the run date (0: no such table)."""
+    cutoff = retention_cutoff(settings, spec)
+    if cutoff is None:
+        return 0
+    try:
+        return con.execute(f'select count(*) from {layer}."{spec.name}" where "{spec.retention[0]}" < ?',
+                           [cutoff]).fetchone()[0]
+    except duckdb.CatalogException:
+        return 0
+
+
 def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
     try:
         return con.execute(f"select count(*) from {table}").fetchone()[0]
@@ -723,8 +735,11 @@ def enforce_retention(settings: Settings, spec: SourceSpec, before_rewrite: Call
     return scrub_bronze(settings, spec, Matcher(spec, b"-", set(), cutoff), before_rewrite)
 
 
-def retention_in_snapshots(settings: Settings, specs: list[SourceSpec]) -> tuple[int, int]:
-    return scrub_snapshots(settings.export_dir, retention_condition(specs, settings))
+def retention_in_snapshots(settings: Settings, specs: list[SourceSpec]) -> dict[str, tuple[int, int]]:
+    """Per source under retention: (rows removed, snapshots rewritten) from the kept snapshots'
+    copies of its staging table (each source's own row in ``ingest.erasures``)."""
+    return {spec.name: scrub_snapshots(settings.export_dir, retention_condition([spec], settings))
+            for spec in specs if spec.retention}
 
 
 # --------------------------------------------------------------------------- forget

@@ -41,7 +41,8 @@ def reporter(context, every_seconds: float = 5.0) -> Callable[[str], None]:
 
 # Materialisation metadata worth a place on a step's line, in this order, with short labels.
 COUNTS = [("files", "files"), ("lines_read", "lines"), ("rows_loaded", "loaded"),
-          ("rows_quarantined", "quarantined"), ("dagster/row_count", "rows")]
+          ("rows_quarantined", "quarantined"), ("records_expired", "expired by retention"),
+          ("dagster/row_count", "rows")]
 
 
 def summarize(metadata: dict) -> str:

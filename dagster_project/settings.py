@@ -20,6 +20,12 @@ UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SIZE_RE = re.compile(r"^\s*(\d+)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib)\s*$", re.IGNORECASE)
 SIZE_FACTOR = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
+# The run date's earliest (no source holds an instant before 2000: transforms.spec's plausible
+# window) and retention's longest window: a larger one overflowed the run date's arithmetic
+# (the step failed, and the window was recorded as the lake's, refusing the next run's 180).
+EARLIEST_RUN_DATE = date(2000, 1, 1)
+MAX_RETENTION_DAYS = 36_500
+
 DEFAULTS = {
     "FLYWHEEL_RAW_DIR": "data/raw",
     "FLYWHEEL_WAREHOUSE": "data/warehouse.duckdb",
@@ -167,13 +173,15 @@ class Settings:
             dpo_max_pairs=parse("FLYWHEEL_DPO_MAX_PAIRS", 16, int, "16", check=lambda v: v > 0,
                                 rule="a positive whole number"),
             as_of=parse("FLYWHEEL_AS_OF", None, date.fromisoformat, "2026-02-28",
-                        check=lambda v: len(env["FLYWHEEL_AS_OF"].strip()) == 10,
-                        rule="a calendar date YYYY-MM-DD"),
+                        check=lambda v: len(env["FLYWHEEL_AS_OF"].strip()) == 10 and v >= EARLIEST_RUN_DATE,
+                        rule=f"a calendar date YYYY-MM-DD from {EARLIEST_RUN_DATE} on"),
             eval_fraction=parse("FLYWHEEL_EVAL_FRACTION", 0.05, float, "0.05", check=lambda v: 0 <= v < 1,
                                 rule="a number from 0 up to (not including) 1"),
             session_retention_days=parse("FLYWHEEL_SESSION_RETENTION_DAYS", 180, int, "180",
-                                         check=lambda v: v > 0, rule="a positive number of days"),
-            retention_confirm=parse("FLYWHEEL_RETENTION_CONFIRM", None, int, "30", check=lambda v: v > 0,
+                                         check=lambda v: 0 < v <= MAX_RETENTION_DAYS,
+                                         rule=f"a number of days from 1 to {MAX_RETENTION_DAYS:,} (100 years)"),
+            retention_confirm=parse("FLYWHEEL_RETENTION_CONFIRM", None, int, "30",
+                                    check=lambda v: 0 < v <= MAX_RETENTION_DAYS,
                                     rule="the new, shorter FLYWHEEL_SESSION_RETENTION_DAYS"),
             raw_dir_confirm=path("FLYWHEEL_RAW_DIR_CONFIRM") if env.get("FLYWHEEL_RAW_DIR_CONFIRM") else None,
             legacy_rebuild=parse("FLYWHEEL_LEGACY_REBUILD", False, _flag, "1", rule="1/true/yes or 0/false/no"),
@@ -203,6 +211,13 @@ class Settings:
         if self.warehouse.is_dir():
             problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is a directory: name the database file, "
                             f"e.g. FLYWHEEL_WAREHOUSE={self.warehouse / 'warehouse.duckdb'}")
+        elif (foreign := _foreign_file(self.warehouse)) is not None:
+            # the publish puts its link in the warehouse's place (a warehouse an older version
+            # wrote as a file is replaced by it): any other file there was destroyed, a run later
+            problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is an existing file that is not this lake's "
+                            f"warehouse ({foreign}): the run would replace it with a link to the published "
+                            f"warehouse; name a new path, e.g. FLYWHEEL_WAREHOUSE="
+                            f"{self.warehouse.parent / 'warehouse.duckdb'}")
         elif problem := _unwritable(self.warehouse.parent) or _unwritable(self.state_dir):
             # (the state directory beside it holds the writer's database: read-only, a run failed
             # at its first commit)
@@ -312,6 +327,34 @@ class Settings:
         return (f"FLYWHEEL_SESSION_RETENTION_DAYS={days} is shorter than the {kept} days the lake keeps: the run "
                 f"would erase from it, for good, the session ratings {days} to {kept} days old; if that is meant, "
                 f"run once with FLYWHEEL_RETENTION_CONFIRM={days}")
+
+
+def _foreign_file(path: Path) -> str | None:
+    """Why the file at ``path`` is not a warehouse this pipeline wrote, or None: nothing there, the
+    link a publish made (or any link: replacing one loses no data), or a DuckDB database holding
+    the pipeline's schemas (an older layout's warehouse, rebuilt from the state database)."""
+    if path.is_symlink() or not path.exists():
+        return None
+    if not path.is_file():
+        return "not a regular file"
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(12)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if header[8:12] != b"DUCK":
+        return "not a DuckDB database"
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        return f"cannot be opened: {str(exc).splitlines()[0]}"
+    try:
+        schemas = {r[0] for r in con.execute("select schema_name from duckdb_schemas() where not internal").fetchall()}
+    finally:
+        con.close()
+    return None if {"ingest", "exports"} <= schemas else "a DuckDB database without the warehouse's schemas"
 
 
 def _unwritable(directory: Path) -> str | None:

@@ -264,11 +264,16 @@ def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_on
     assert con.execute("select count(*) from raw.session_ratings where recorded_at < ?", [cutoff]).fetchone()[0] == 0
     assert con.execute("select count(*) from staging.session_ratings where recorded_at >= ?", [cutoff]).fetchone()[0] > 0
     check_accounting(con)
-    audit = con.execute("select source, bronze_rows, snapshot_rows from ingest.erasures where kind = 'retention' "
-                        "order by source").fetchall()
+    audit = con.execute("select source, bronze_rows, raw_rows, staging_rows, snapshot_rows from ingest.erasures "
+                        "where kind = 'retention' order by erased_at").fetchall()
     con.close()
-    assert audit[0][0] == "session_ratings" and audit[0][1] == len([i for i, at in ids_by_age if at < cutoff])
-    assert audit[1][0] == "snapshots" and audit[1][2] > 0
+    # the ingest step's row counts bronze, raw and the staging rows its staging step then lost
+    # (staging_rows was 0); the publish's row, the kept snapshots' copies, is the source's too
+    # (it was a source named "snapshots")
+    (source, bronze_rows, raw_rows, staging_rows, _), (later, *_, snapshot_rows) = audit
+    assert source == later == "session_ratings"
+    assert bronze_rows == raw_rows == len([i for i, at in ids_by_age if at < cutoff])
+    assert staging_rows == len([at for at in times if at < cutoff]) > 0 and snapshot_rows > 0
     reader = duckdb.connect()
     for version in _versions(snapshots_dir(settings.export_dir)):
         verify_snapshot(settings.export_dir, version)

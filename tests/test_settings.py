@@ -26,6 +26,12 @@ from dagster_project.settings import Settings, SettingsError, parse_size
     ("FLYWHEEL_SEAL_AFTER", "1day"),
     ("FLYWHEEL_DPO_MAX_PAIRS", "-1"),
     ("FLYWHEEL_SESSION_RETENTION_DAYS", "half a year"),
+    # the run date minus the window overflowed in the run's ingest step, after the window was
+    # recorded as the lake's (the next run's 180 was then refused as shorter)
+    ("FLYWHEEL_SESSION_RETENTION_DAYS", "1000000"),
+    ("FLYWHEEL_SESSION_RETENTION_DAYS", "99999999999"),
+    ("FLYWHEEL_AS_OF", "0001-01-01"),
+    ("FLYWHEEL_AS_OF", "1999-12-31"),
     ("FLYWHEEL_TRUST_CTIME", "sometimes"),
     ("FLYWHEEL_STEP_THREADS", "0"),
     ("FLYWHEEL_STEP_THREADS", "two"),
@@ -104,6 +110,32 @@ def test_preflight_names_each_unusable_path(tmp_path):
     assert problems == [f"FLYWHEEL_WAREHOUSE={tmp_path / 'file' / 'wh.duckdb'}: {tmp_path / 'file'} is not a "
                         f"directory; choose a writable place, e.g. FLYWHEEL_WAREHOUSE="
                         f"{Path.home() / 'flywheel' / 'warehouse.duckdb'}"]
+
+
+def test_a_warehouse_path_naming_another_file_is_refused_before_the_link_replaces_it(tmp_path):
+    """The publish puts a link to the published warehouse where FLYWHEEL_WAREHOUSE points: a
+    user's file there (notes, their own DuckDB database) was replaced by it, its content lost,
+    and the run succeeded. An older layout's warehouse (a DuckDB file with the pipeline's
+    schemas, rebuilt from the state database) and the link itself are taken as before."""
+    import duckdb
+
+    (tmp_path / "raw").mkdir()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    duckdb.connect(str(tmp_path / "mine.duckdb")).execute("create table t as select 1").close()
+    legacy = duckdb.connect(str(tmp_path / "legacy.duckdb"))
+    legacy.execute("create schema ingest; create schema exports; create table ingest.runs (run_id varchar)")
+    legacy.close()
+    os.symlink("exports/current/warehouse.duckdb", tmp_path / "linked.duckdb")
+    for name, why in (("notes.txt", "not a DuckDB database"),
+                      ("mine.duckdb", "a DuckDB database without the warehouse's schemas")):
+        assert preflight_problems(tmp_path, FLYWHEEL_WAREHOUSE=str(tmp_path / name)) == [
+            f"FLYWHEEL_WAREHOUSE={tmp_path / name} is an existing file that is not this lake's warehouse ({why}): "
+            "the run would replace it with a link to the published warehouse; name a new path, e.g. "
+            f"FLYWHEEL_WAREHOUSE={tmp_path / 'warehouse.duckdb'}"]
+    for name in ("legacy.duckdb", "linked.duckdb", "new.duckdb"):
+        assert preflight_problems(tmp_path, FLYWHEEL_WAREHOUSE=str(tmp_path / name)) == []
+    assert notes.read_text() == "my notes"
 
 
 def test_a_run_date_after_today_is_refused_before_retention_erases_by_it(tmp_path):

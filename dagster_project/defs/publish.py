@@ -59,9 +59,9 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
             # bronze). (a source disabled in the sources file too: what the lake holds of it is
             # published)
             every = load_sources(settings.sources_file, disabled=True)
-            expired, touched = privacy.retention_in_snapshots(settings, list(every.values()))
-            if expired:
-                privacy.record_erasure(con, "retention", {"snapshots": {"snapshot": expired}}, touched)
+            for source, (expired, touched) in privacy.retention_in_snapshots(settings, list(every.values())).items():
+                if expired:
+                    privacy.record_erasure(con, "retention", {source: {"snapshot": expired}}, touched)
 
         try:
             result = publish_snapshot(

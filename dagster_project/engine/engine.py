@@ -130,6 +130,9 @@ class Ingestor:
         interrupted = marker.exists()
         expired = privacy.enforce_retention(self.settings, self.spec,
                                             before_rewrite=lambda: bronze_mod._atomic_write(marker, b""))
+        # staging follows in its own step (the replay below resets what it starts from): the rows
+        # it will lose are those expired now
+        staging_expired = privacy.expired_rows(self.con, self.settings, self.spec, "staging") if expired else 0
         declared = declaration_key(self.spec)
         row = self.con.execute("select fingerprint from lineage.source_declarations where source = ?",
                                [self.spec.name]).fetchone()
@@ -163,8 +166,11 @@ class Ingestor:
         self._replay(pending)
         report.replayed_entries = len(pending)
         if expired:
+            report.expired = expired
             privacy.record_erasure(self.con, "retention", {self.spec.name: {
-                "bronze": expired, "raw": raw_before - privacy._count(self.con, f"raw.{q(self.spec.name)}")}})
+                "bronze": expired, "raw": raw_before - privacy._count(self.con, f"raw.{q(self.spec.name)}"),
+                # staging follows in its own step: the rows it will lose are those expired now
+                "staging": staging_expired}})
         self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
         if not read_files:

@@ -174,7 +174,7 @@ def run(
     started = time.perf_counter()
     result = _run(settings, full_refresh=full_refresh, console=None if quiet else console)
     if quiet:  # no progress, but warnings are never silent
-        for warning in result.warnings:
+        for warning in result.warnings + result.step_warnings:
             console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
     _print_result(result, settings, time.perf_counter() - started)
 

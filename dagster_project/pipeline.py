@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import uuid
@@ -30,6 +31,9 @@ class PipelineResult:
     traces: list[tuple[str, str]] = field(default_factory=list)  # (step, full error with stack)
     mode: str = "incremental"
     warnings: list[str] = field(default_factory=list)
+    # what the steps logged as warnings, "<step>: <message>" (a progress display prints them as
+    # they come; without one, the caller says them)
+    step_warnings: list[str] = field(default_factory=list)
     # Dagster's history after the run (``history``): runs deleted, or why it could not be pruned
     pruned: Pruned | None = None
     prune_error: str | None = None
@@ -367,6 +371,8 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
         stack.enter_context(dagster)
         sweep_dead_runs(dagster, settings)
         stack.enter_context(event_log_held_open(dagster, run_id))
+        heard: list[str] = []
+        dagster.add_event_listener(run_id, lambda record: heard.extend(_step_warning(record, warnings)))
         if console is not None:
             steps = progress.StepProgress(console, total_steps=len(job.graph.nodes))
             stack.enter_context(steps)
@@ -381,7 +387,16 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
     if not result.success:
         mark_failed(settings, run_id, error, mode=mode)
     return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
-                          mode=mode, warnings=warnings, pruned=pruned, prune_error=prune_error)
+                          mode=mode, warnings=warnings, step_warnings=heard, pruned=pruned, prune_error=prune_error)
+
+
+def _step_warning(record, said: list[str]) -> list[str]:
+    """A warning a step logged for the user (a generated pseudonym key, a disabled source), unless
+    the run's preflight already said it (a source whose globs match nothing)."""
+    if (record.dagster_event is None and record.level >= logging.WARNING and record.user_message
+            and record.user_message not in said):
+        return [f"{record.step_key or ''}: {record.user_message}"]
+    return []
 
 
 def step_failures(events) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:

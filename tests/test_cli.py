@@ -82,6 +82,14 @@ def test_run_prints_a_line_per_step_warnings_and_the_result(first_run):
     con.close()
 
 
+def test_a_quiet_run_says_each_warning_once(env):
+    """Without progress, the run's warnings are printed after it: each source without files once,
+    although its ingest step logs it again (a step's own warnings: the disabled-source test)."""
+    quiet = invoke("run", "--quiet").output.splitlines()
+    warning = f"source outcomes: no files match outcomes/*_outcomes.jsonl under {env.raw_dir}"
+    assert len([line for line in quiet if "no files match" in line]) == 8 and f"warning {warning}" in quiet
+
+
 def test_quarantined_text_and_file_names_are_printed_as_they_are_not_as_markup(env, tmp_path):
     """A quarantined line is whatever a producer wrote: `quarantine list` printed it as rich markup,
     so `[/]` failed the command (MarkupError) and `[bold]` vanished; a UTF-16 file's NUL bytes
@@ -332,9 +340,13 @@ def test_a_source_disabled_before_it_ever_ran_does_not_block_the_run(env, monkey
     sources = tmp_path / "sources.yml"
     sources.write_text("sources:\n  signals:\n    enabled: false\n")
     monkeypatch.setenv("FLYWHEEL_SOURCES", str(sources))
+    said = f"source signals: disabled in {sources}: its files are not read; its rows are kept"
     result = invoke("run")
     assert result.exit_code == 0, result.output
-    assert f"source signals: disabled in {sources}: its files are not read; its rows are kept" in result.output
+    assert said in result.output
+    # without progress too: a step's warning was in its log only
+    quiet = invoke("run", "--quiet")
+    assert quiet.exit_code == 0 and f"warning ingest__signals: {said}" in quiet.output.splitlines()
 
 
 def test_a_seal_period_of_seconds_is_warned_about(env, monkeypatch):

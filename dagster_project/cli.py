@@ -190,6 +190,8 @@ def forget(
 
     if (session is None) == (user is None):
         fail("give exactly one of --session ID or --user ID")
+    if not (session if session is not None else user).strip():
+        fail(f"--{'session' if session is not None else 'user'}: give the id to erase, not an empty one")
     settings = _settings()
     try:  # what the rebuild's preflight would refuse, refused before anything is erased
         settings.preflight()
@@ -374,7 +376,7 @@ def _print_publications(con: duckdb.DuckDBPyConnection, settings: Settings) -> N
 def quarantine_list(
     source: Annotated[Optional[str], typer.Option(help="Only this source.")] = None,
     reason: Annotated[Optional[str], typer.Option(help="Only this reason (prefix match, e.g. bad_type).")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
+    limit: Annotated[int, typer.Option(min=0, help="At most this many rows.")] = 50,
 ) -> None:
     """Quarantined lines with file, line, reason and detail."""
     with closing(_reader(_settings())) as con:  # closed on an error too: see _reader
@@ -464,7 +466,7 @@ def quarantine_replay(
 @app.command()
 def synth(
     root: Annotated[Path, typer.Argument(help="Raw lake directory to write.")] = Path("data/raw"),
-    interactions: Annotated[int, typer.Option(help="Number of interaction lines.")] = 3000,
+    interactions: Annotated[int, typer.Option(min=1, help="Number of interaction lines.")] = 3000,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 7,
     clean: Annotated[bool, typer.Option("--clean/--no-clean", help="Produce no bad-input cases.")] = False,
     manifest: Annotated[Optional[Path], typer.Option(help="Write the expected quarantine here.")] = None,

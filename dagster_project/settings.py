@@ -246,7 +246,8 @@ class Settings:
                             "earlier date, or unset it")
         if self.sources_file is not None:
             if not self.sources_file.is_file():
-                problems.append(f"FLYWHEEL_SOURCES={self.sources_file} does not exist: point it at a sources "
+                what = "is not a file" if self.sources_file.exists() else "does not exist"
+                problems.append(f"FLYWHEEL_SOURCES={self.sources_file} {what}: point it at a sources "
                                 "YAML file (see README, Configuration) or unset it")
             else:
                 try:

@@ -539,3 +539,14 @@ def test_a_generated_pseudonym_key_is_warned_about_once(env):
     assert env.pseudonym_key_file.is_file()
     again = invoke("run")
     assert again.exit_code == 0 and warned not in again.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (("quarantine", "list", "--limit", "-1"), "Invalid value for '--limit'"),  # a DuckDB traceback
+    (("synth", "lake", "--interactions", "-5"), "Invalid value for '--interactions'"),  # an empty lake, exit 0
+    (("forget", "--session", " "), "error: --session: give the id to erase, not an empty one"),  # exit 1
+])
+def test_a_bad_argument_is_refused_with_exit_2_and_no_traceback(env, args, said):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

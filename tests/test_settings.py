@@ -176,6 +176,24 @@ def test_preflight_reports_a_malformed_sources_file_in_one_line(tmp_path):
                         "allowed: ['enabled', 'globs', 'time_zone']"]
 
 
+def test_a_sources_file_with_a_misspelt_top_level_key_or_bad_yaml_is_refused_in_one_line(tmp_path):
+    """``source:`` for ``sources:`` was read as an empty file: every override ignored (a time zone
+    read as UTC, a source meant to be off read) and the run succeeded. PyYAML's own message spans
+    five lines; a directory was said not to exist."""
+    (tmp_path / "raw").mkdir()
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("source:\n  signals: {enabled: false}\n")
+    assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(typo)) == [
+        f"FLYWHEEL_SOURCES: {typo}: unknown top-level keys ['source']; the file holds one mapping, 'sources:'"]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("sources:\n  signals: {enabled: false\n")
+    assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(broken)) == [
+        f"FLYWHEEL_SOURCES: {broken}: not valid YAML at line 3, column 1: expected ',' or '}}', but got '<stream end>'"]
+    assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(tmp_path / "raw")) == [
+        f"FLYWHEEL_SOURCES={tmp_path / 'raw'} is not a file: point it at a sources YAML file (see README, "
+        "Configuration) or unset it"]
+
+
 def _allocator_options(env: dict[str, str]) -> str:
     """What pyarrow's allocator says of its options when the command line's modules load it."""
     code = ("import dagster_project.cli, pyarrow as pa; "

@@ -57,8 +57,19 @@ def load_sources(sources_file: Path | None = None, *, disabled: bool = False) ->
         return specs
     try:
         doc = yaml.safe_load(sources_file.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        # PyYAML's message spans lines (the problem, then the line and a caret): one line here
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SourcesConfigError(f"{sources_file}: not valid YAML{where}: {what}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
         raise SourcesConfigError(f"{sources_file}: cannot read the sources file: {exc}") from exc
+    if isinstance(doc, dict) and (unknown := sorted(map(str, set(doc) - {"sources"}))):
+        # a misspelt `source:` left every override unapplied: time zones read as UTC, a source
+        # meant to be off read
+        raise SourcesConfigError(f"{sources_file}: unknown top-level keys {unknown}; the file holds one "
+                                 "mapping, 'sources:'")
     entries = doc.get("sources", {}) if isinstance(doc, dict) else None
     if not isinstance(entries, dict):
         raise SourcesConfigError(f"{sources_file}: expected a mapping under 'sources:'")

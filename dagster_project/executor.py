@@ -40,11 +40,13 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -166,7 +168,8 @@ def _run_steps(job_context: PlanExecutionContext, execution_plan: ExecutionPlan,
         try:
             log_key = compute_logs.build_log_key_for_run(job_context.run_id, create_compute_log_file_key())
             yield DagsterEvent.capture_logs(job_context, steps_in_order, log_key,
-                                            capture.enter_context(compute_logs.capture_logs(log_key)))
+                                            capture.enter_context(_helpers_ignoring_ctrl_c(
+                                                compute_logs.capture_logs(log_key))))
         except Exception:
             yield from _handle_compute_log_setup_error(job_context, sys.exc_info())
         stopping = False  # interrupted, or a step raised: no step starts, the running ones finish
@@ -237,6 +240,24 @@ class Running:
     started: float
     events: list = field(default_factory=list)
     retry: DagsterEvent | None = None
+
+
+@contextmanager
+def _helpers_ignoring_ctrl_c(capture):
+    """Enter ``capture`` (the compute log manager's) with SIGINT ignored, so the helper processes
+    it starts (``tail`` and Dagster's ``watch_orphans.py``, which mirror the steps' output to the
+    terminal) inherit that: a terminal's Ctrl-C reaches the whole process group, and each helper
+    printed a KeyboardInterrupt traceback around the run's one-line message. This process stops on
+    it as before; the helpers end with the capture. (Only the main thread may set a handler.)"""
+    main = threading.current_thread() is threading.main_thread()
+    with ExitStack() as stack:
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            value = stack.enter_context(capture)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, before)
+        yield value
 
 
 def critical_path(execution_plan: ExecutionPlan, keys: list[str], seconds: dict[str, float],

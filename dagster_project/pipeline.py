@@ -384,6 +384,9 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                              tags={"flywheel/launched_by": "cli", "flywheel/mode": mode, **holder_tags(run_id)})
         pruned, prune_error = prune_history(dagster, settings.keep_runs)
     failures, traces, error = step_failures(result.all_events)
+    if not result.success and not failures:  # no step failed: say why the run did
+        failures = [("run", run_failure(result.all_events))]
+        error = failures[0][1]
     if not result.success:
         mark_failed(settings, run_id, error, mode=mode)
     return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
@@ -397,6 +400,17 @@ def _step_warning(record, said: list[str]) -> list[str]:
             and record.user_message not in said):
         return [f"{record.step_key or ''}: {record.user_message}"]
     return []
+
+
+def run_failure(events) -> str:
+    """Why a run failed that no step failed in: interrupted while no step ran (before the first, or
+    between two), else Dagster's own words."""
+    if any(e.event_type == dg.DagsterEventType.ENGINE_EVENT and (e.message or "").startswith("Interrupted")
+           for e in events):
+        return ("interrupted (Ctrl-C or a termination signal) while no step was running: the steps not "
+                "started did not run")
+    said = [e.message for e in events if e.event_type == dg.DagsterEventType.RUN_FAILURE and e.message]
+    return _first_line(said[-1]) if said else "the run failed outside its steps (its Dagster events say more)"
 
 
 def step_failures(events) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:

@@ -527,6 +527,39 @@ def test_an_interrupted_run_stops_the_statements_of_its_running_steps(settings):
     assert "Traceback" not in out + err, (out, err[-2000:])
 
 
+BETWEEN_STEPS = """
+import os, signal, sys, uuid
+sys.path.insert(0, {root!r})
+import dagster as dg
+from dagster_project.pipeline import execute, run_failure, step_failures
+
+@dg.asset
+def first() -> None:
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C arrives as the only running step ends
+
+@dg.asset(deps=[first])
+def second() -> None:
+    print("second ran", flush=True)
+
+job = dg.Definitions(assets=[first, second], jobs=[dg.define_asset_job("j")]).resolve_job_def("j")
+result = execute(job, 2, dg.DagsterInstance.ephemeral(), str(uuid.uuid4()), run_config={{}}, tags={{}})
+print("success", result.success, "failures", step_failures(result.all_events)[0], flush=True)
+print("why", run_failure(result.all_events), flush=True)
+"""
+
+
+def test_a_run_interrupted_while_no_step_runs_says_so():
+    """Interrupted between two steps (or before the first), the run failed with no failed step:
+    `flywheel run` said "failed" and no line why."""
+    from conftest import PROJECT
+
+    proc = subprocess.run([sys.executable, "-c", BETWEEN_STEPS.format(root=str(PROJECT))], capture_output=True,
+                          text=True, timeout=120)
+    assert "success False failures []" in proc.stdout and "second ran" not in proc.stdout, proc.stderr[-2000:]
+    assert ("why interrupted (Ctrl-C or a termination signal) while no step was running: the steps not started "
+            "did not run") in proc.stdout
+
+
 @pytest.mark.parametrize("holder", ["writer lock", "duckdb connection"])
 def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_recorded_next(settings, holder):
     """The next run may hold the writer lock for its whole length: the failure sensor waits a

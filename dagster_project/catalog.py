@@ -70,6 +70,9 @@ TABLES: dict[str, str] = {
     "lineage.table_fingerprints": "Private (never published): per small table rebuilt whole, the digest of the "
                                   "content its current version was built with; a rebuild to the same content "
                                   "keeps the version (its validation and snapshot files are reused).",
+    "lineage.run_processes": "Private (never published): the process (host:pid) of each `flywheel run` still "
+                             "running, noted with its ingest.runs row: a run whose process is gone is recorded "
+                             "failed by the next one.",
     "ingest.sqlite_keys": "One row per key of each SQLite table read: the sha256 of its record as last seen "
                           "(detects rows updated or deleted anywhere in the table).",
     "staging.weighted_examples": "One row per content hash: training-queue rows and TUI ratings as weighted "
@@ -231,6 +234,8 @@ TABLE_COLUMNS: dict[str, str] = {
                                      "build gave this version's rows again (kept; its exclusions are this "
                                      "run's, its validation and files those of the run that made it).",
     "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
+    "lineage.run_processes.run_id": "The run (ingest.runs).",
+    "lineage.run_processes.process": "host:pid of the process that ran it.",
     "lineage.table_fingerprints.table_name": "schema.table in the state database.",
     "lineage.table_fingerprints.version": "The version (lineage.table_versions) with this content.",
     "lineage.table_fingerprints.fingerprint": "sha256 of the columns (names and types, in order), the row count "

@@ -104,19 +104,24 @@ def dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[
     stays STARTED for good, and the one-run-at-a-time limit queued every later scheduled and
     sensor run behind it, silently. A run not tagged by itself (it never held the lock; a
     re-execution carries its parent's tags) or whose process lives is left alone."""
-    here = holder().rpartition(":")[0]
-    dead = []
-    for run in instance.get_runs(filters=dg.RunsFilter(tags=WRITER_TAGS, statuses=IN_PROGRESS)):
-        host, _, pid = run.tags.get(HOLDER_TAG, "").rpartition(":")
-        if run.run_id == exclude or run.tags.get(HOLDER_RUN_TAG) != run.run_id or host != here or not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            dead.append(run)
-        except PermissionError:  # alive, another user's
-            continue
-    return dead
+    return [run for run in instance.get_runs(filters=dg.RunsFilter(tags=WRITER_TAGS, statuses=IN_PROGRESS))
+            if run.run_id != exclude and run.tags.get(HOLDER_RUN_TAG) == run.run_id
+            and process_gone(run.tags.get(HOLDER_TAG, ""))]
+
+
+def process_gone(process: str) -> bool:
+    """``host:pid`` (``holder``) names a process of this host that no longer exists. Another
+    host's, or a malformed name, is never taken as gone."""
+    host, _, pid = process.rpartition(":")
+    if host != holder().rpartition(":")[0] or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def report_dead(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> None:

@@ -17,7 +17,8 @@ import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.history import HOLDER_TAG, Pruned, dead_runs, holder_tags, prune_runs, report_dead
+from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, holder_tags, process_gone, prune_runs,
+                                     report_dead)
 from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
 from dagster_project.state import shared_state, state_connection, writer_lock
@@ -208,6 +209,7 @@ def prepare_state(con, settings: Settings) -> None:
     validation.ensure_tables(con)
     delta.ensure(con)
     staging.ensure_tables(con)
+    con.execute(f"create table if not exists {RUN_PROCESSES} (run_id varchar primary key, process varchar)")
     record_pending_failures(con, settings)
 
 
@@ -365,6 +367,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             # updates (they keep the first mode unless a full refresh) and reach the publish.
             prepare_state(con, settings)
             record_run(con, run_id, mode=mode, warnings=warnings)
+            note_holder(con, run_id)
         if replay:
             forget_files(settings, replay)
         dagster = instance()
@@ -519,7 +522,9 @@ def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "increm
             ensure_schema(con)
             _record_failed(con, settings, run_id, mode, error[:2000])
             save_recent_runs(con, settings)  # (a file not written is no failure of the run's)
-    except (WarehouseBusy, duckdb.IOException):  # held by a run, or open in another process
+    # held by a run, open in another process, or not writable now (a full disk: the run that
+    # failed on it left no other trace, and stayed "running" for good)
+    except (WarehouseBusy, duckdb.Error, OSError):
         pending = settings.state_dir / PENDING_FAILURES
         pending.mkdir(parents=True, exist_ok=True)
         tmp = pending / f".{run_id}.tmp"
@@ -553,8 +558,35 @@ def _unpublished(con, settings: Settings, run_id: str) -> None:
 
 
 def record_pending_failures(con, settings: Settings) -> None:
-    """Record the failures ``mark_failed`` could not, while another run held the database."""
+    """Record the failures ``mark_failed`` could not, while another run held the database; then
+    those of runs whose process died before anything could (``dead_rows``)."""
     for path in sorted((settings.state_dir / PENDING_FAILURES).glob("*.json")):
         failure = json.loads(path.read_text(encoding="utf-8"))
         _record_failed(con, settings, failure["run_id"], failure["mode"], failure["error"])
         path.unlink()
+    for run_id, mode, process in dead_rows(con):
+        _record_failed(con, settings, run_id, mode, f"killed while it ran (its process {process} is gone)")
+
+
+# Private: the process of each `flywheel run` (host:pid), noted with its ``ingest.runs`` row. That
+# row is written before the run's Dagster record, which the dead-runs sweep goes by (tagged with
+# the process): a run killed in between (~1 s: the Dagster instance loading) stayed "running" in
+# ingest.runs, `flywheel status` and the published run log for good.
+RUN_PROCESSES = "lineage.run_processes"
+
+
+def note_holder(con, run_id: str) -> None:
+    con.execute(f"insert or replace into {RUN_PROCESSES} values (?, ?)", [run_id, holder()])
+
+
+def dead_rows(con) -> list[tuple[str, str, str]]:
+    """(run id, mode, process) of each run still "running" in ``ingest.runs`` whose noted process,
+    on this host, is gone; the notes of runs no longer running are dropped. Called under the writer
+    lock: a `flywheel run` holds it from its row to its end, so no live one is among them (a run
+    the daemon launched takes it step by step, and is not noted)."""
+    rows = con.execute(f"select p.run_id, r.mode, p.process from {RUN_PROCESSES} p join ingest.runs r "
+                       "using (run_id) where r.status = 'running' order by r.started_at").fetchall()
+    dead = [(run_id, mode, process) for run_id, mode, process in rows if process_gone(process)]
+    con.execute(f"delete from {RUN_PROCESSES} where run_id not in (select run_id from ingest.runs "
+                "where status = 'running') or run_id in (select unnest(?::varchar[]))", [[r[0] for r in dead]])
+    return dead

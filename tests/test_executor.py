@@ -560,29 +560,40 @@ def test_a_run_interrupted_while_no_step_runs_says_so():
             "did not run") in proc.stdout
 
 
-@pytest.mark.parametrize("holder", ["writer lock", "duckdb connection"])
+@pytest.mark.parametrize("holder", ["writer lock", "duckdb connection", "a failing write"])
 def test_a_failure_the_sensor_cannot_record_while_a_run_holds_the_database_is_recorded_next(settings, holder):
     """The next run may hold the writer lock for its whole length: the failure sensor waits a
     little, leaves the failure in a file, and the next run to open the state records it. So too
     when another process has the state database open (even read-only: DuckDB refuses a writer),
-    where the sensor raised and the failure was lost."""
+    where the sensor raised and the failure was lost; and when the write itself fails (a full
+    disk raised DuckDB's TransactionException, and the run stayed "running" for good)."""
     from dagster_project.pipeline import PENDING_FAILURES, mark_failed
 
     with state_connection(settings) as con:  # an earlier run made the state
         prepare_state(con, settings)
         record_run(con, "failed-run", mode="incremental")
+    if holder == "a failing write":  # ingest.runs cannot be written while it is a view
+        with state_connection(settings) as con:
+            con.execute("alter table ingest.runs rename to runs_aside")
+            con.execute("create view ingest.runs as select * from ingest.runs_aside")
+        mark_failed(settings, "failed-run", "step x failed", wait_seconds=0.5)
+        with state_connection(settings) as con:
+            con.execute("drop view ingest.runs")
+            con.execute("alter table ingest.runs_aside rename to runs")
+        holder = None
     hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
             "print('held', flush=True); time.sleep(30)") if holder == "writer lock" else (
             "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], read_only=True); "
             "print('held', flush=True); time.sleep(30)")
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(settings.state_dir / (
-        "writer.lock" if holder == "writer lock" else "state.duckdb"))], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        mark_failed(settings, "failed-run", "step x failed", wait_seconds=0.5)
-    finally:
-        holder.kill()
-        holder.wait()
+    if holder is not None:
+        holder = subprocess.Popen([sys.executable, "-c", hold, str(settings.state_dir / (
+            "writer.lock" if holder == "writer lock" else "state.duckdb"))], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            mark_failed(settings, "failed-run", "step x failed", wait_seconds=0.5)
+        finally:
+            holder.kill()
+            holder.wait()
     assert [p.name for p in (settings.state_dir / PENDING_FAILURES).iterdir()] == ["failed-run.json"]
     with state_connection(settings) as con:  # the next run
         prepare_state(con, settings)

@@ -177,6 +177,51 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
     con.close()
 
 
+def test_a_run_killed_before_its_dagster_run_existed_is_failed_by_the_next(settings):
+    """`flywheel run` writes its ingest.runs row, then loads the Dagster instance (~1 s) and creates
+    the run the dead-runs sweep goes by: killed in between, it stayed "running" in ingest.runs,
+    `flywheel status` and the published run log for good. Its process is noted with the row: the
+    next run fails it when that process is gone, and leaves a live one alone."""
+    import subprocess
+    import sys
+
+    import duckdb
+
+    from conftest import PROJECT
+    from dagster_project.pipeline import run_pipeline
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", [dumps(interaction(1))])
+    started = ("import sys\n"
+               "from dagster_project.pipeline import note_holder, prepare_state\n"
+               "from dagster_project.settings import Settings\n"
+               "from dagster_project.state import record_run, state_connection\n"
+               f"settings = Settings.from_env({{'FLYWHEEL_RAW_DIR': {str(settings.raw_dir)!r}, "
+               f"'FLYWHEEL_WAREHOUSE': {str(settings.warehouse)!r}, 'FLYWHEEL_EXPORT_DIR': {str(settings.export_dir)!r}}})\n"
+               "with state_connection(settings) as con:\n"
+               "    prepare_state(con, settings)\n"
+               "    record_run(con, sys.argv[1], mode='incremental')\n"
+               "    note_holder(con, sys.argv[1])\n"
+               "print('noted', flush=True)\n"
+               "if sys.argv[2] == 'stay':\n"
+               "    sys.stdin.read()\n")
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
+    subprocess.run([sys.executable, "-c", started, "gone-run", "exit"], env=env, check=True, capture_output=True)
+    alive = subprocess.Popen([sys.executable, "-c", started, "live-run", "stay"], env=env, text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert alive.stdout.readline().strip() == "noted"
+        later = run_pipeline(settings)
+        assert later.success, later.failures
+        con = duckdb.connect(str(settings.state_db), read_only=True)
+        rows = dict(con.execute("select run_id, status from ingest.runs").fetchall())
+        (error,) = con.execute("select error from ingest.runs where run_id = 'gone-run'").fetchone()
+        con.close()
+    finally:
+        alive.communicate("")
+    assert rows == {"gone-run": "failed", "live-run": "running", later.run_id: "success"}
+    assert error.startswith("killed while it ran (its process ") and error.endswith(" is gone)")
+
+
 @pytest.mark.parametrize("by", ["a run", "the sensor"])
 def test_the_runs_whose_writer_process_is_gone_are_failed_by_a_run_dagster_launches_or_the_sensor(settings, home, by):
     """The same from a run the daemon or `dg launch` starts (its resource takes the writer lock);

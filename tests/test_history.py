@@ -177,6 +177,38 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
     con.close()
 
 
+@pytest.mark.slow
+def test_a_first_publish_killed_before_its_commit_leaves_no_snapshot_once_the_next_run_publishes(settings, home,
+                                                                                                  monkeypatch):
+    """Killed between writing its manifest and its ``current`` link, the lake's first publish left a
+    snapshot no run committed: with no ``current`` to compare with it was kept, and once a later
+    run had published it was older than ``current``: `flywheel status` listed it for good as a kept
+    snapshot that passed, while its run was failed and "not published"."""
+    import subprocess
+    import sys
+
+    from dagster_project.pipeline import run_pipeline
+    from dagster_project.publishing.snapshot import FAULT_ENV, current_version, snapshots_dir
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                [dumps(interaction(i)) for i in range(3)])
+    env = {**os.environ, "DAGSTER_HOME": str(home), "FLYWHEEL_DAGSTER_EPHEMERAL": "0",
+           FAULT_ENV: "kill:manifest_written", "FLYWHEEL_RAW_DIR": str(settings.raw_dir),
+           "FLYWHEEL_WAREHOUSE": str(settings.warehouse), "FLYWHEEL_EXPORT_DIR": str(settings.export_dir)}
+    killed = subprocess.run([sys.executable, "-m", "dagster_project.cli", "run", "--quiet"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr
+    [left] = [p.name for p in snapshots_dir(settings.export_dir).iterdir() if not p.name.startswith(".")]
+    assert current_version(settings.export_dir) is None
+
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
+    later = run_pipeline(settings)
+    assert later.success, later.failures
+    kept = [p.name for p in snapshots_dir(settings.export_dir).iterdir() if not p.name.startswith(".")]
+    assert kept == [current_version(settings.export_dir)] and left not in kept
+
+
 def test_a_run_killed_before_its_dagster_run_existed_is_failed_by_the_next(settings):
     """`flywheel run` writes its ingest.runs row, then loads the Dagster instance (~1 s) and creates
     the run the dead-runs sweep goes by: killed in between, it stayed "running" in ingest.runs,

@@ -244,7 +244,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
     objects = snaps / OBJECTS
     objects.mkdir(parents=True, exist_ok=True)
     with _locked(snaps / ".lock"), side_cursors(con, writers - 1) as others:
-        _remove_leftovers(export_dir)
+        _remove_leftovers(export_dir, con)
         cons = [con, *others]
         patterns = name_ids()
         for each in cons:
@@ -726,14 +726,20 @@ def _versions(snaps: Path) -> list[str]:
     return sorted((p.name for p in snaps.iterdir() if p.is_dir() and not p.name.startswith(".")), reverse=True)
 
 
-def _remove_leftovers(export_dir: Path) -> None:
+def _remove_leftovers(export_dir: Path, con: duckdb.DuckDBPyConnection | None = None) -> None:
     """What killed publishes left: temp objects and links, snapshots that were never committed."""
     snaps = export_dir / SNAPSHOTS
     current = current_version(export_dir)
+    unpublished = _unpublished_runs(con)
     for version in _versions(snaps):
         # Versions are creation times: one newer than ``current`` never became current. Without a
-        # ``current`` link only manifest-less (half-built) directories are surely leftovers.
-        if (version > current) if current else not (snaps / version / MANIFEST).exists():
+        # ``current`` link only manifest-less (half-built) directories are surely leftovers, and
+        # those the run log says their run never published: a first publish killed between its
+        # manifest and its link, once a later run had published, was older than ``current`` and
+        # listed as a kept snapshot for good.
+        if ((version > current) if current else not (snaps / version / MANIFEST).exists()) \
+                or (version != current and version.rpartition("-")[2] in unpublished
+                    and _manifest_run(snaps / version) in unpublished[version.rpartition("-")[2]]):
             shutil.rmtree(snaps / version, ignore_errors=True)
     for tmp in (snaps / OBJECTS).glob(".tmp-*"):  # temp objects, and the directories COPY wrote them to
         if tmp.is_dir() and not tmp.is_symlink():
@@ -742,6 +748,31 @@ def _remove_leftovers(export_dir: Path) -> None:
             tmp.unlink(missing_ok=True)
     for link in export_dir.glob(f".{CURRENT}.link-*"):
         link.unlink(missing_ok=True)
+
+
+def _unpublished_runs(con: duckdb.DuckDBPyConnection | None) -> dict[str, set[str]]:
+    """The runs the run log says failed without publishing, by the part of their id a snapshot's
+    name holds (``_next_version``): a snapshot such a run made was never committed (a run killed
+    while it published is failed by the next, and its row says so unless its snapshot became
+    current). Its manifest names the whole id (two runs may share a name's 8 characters)."""
+    if con is None:
+        return {}
+    try:
+        rows = con.execute("select run_id from ingest.runs where status = 'failed' "
+                           "and snapshot_status = 'not published'").fetchall()
+    except duckdb.CatalogException:  # no run log yet, or one from before snapshot_status
+        return {}
+    out: dict[str, set[str]] = {}
+    for (run_id,) in rows:
+        out.setdefault(re.sub(r"[^A-Za-z0-9]", "", run_id)[:8] or "run", set()).add(run_id)
+    return out
+
+
+def _manifest_run(snapshot: Path) -> str | None:
+    try:
+        return json.loads((snapshot / MANIFEST).read_text(encoding="utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _kept_manifests(snaps: Path) -> Iterator[dict | None]:

@@ -236,6 +236,7 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
     "lineage.run_processes.run_id": "The run (ingest.runs).",
     "lineage.run_processes.process": "host:pid of the process that ran it.",
+    "lineage.run_processes.boot": "The machine's boot id when it started (Linux; empty elsewhere).",
     "lineage.table_fingerprints.table_name": "schema.table in the state database.",
     "lineage.table_fingerprints.version": "The version (lineage.table_versions) with this content.",
     "lineage.table_fingerprints.fingerprint": "sha256 of the columns (names and types, in order), the row count "

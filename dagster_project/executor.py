@@ -42,7 +42,6 @@ import os
 import queue
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -244,19 +243,17 @@ class Running:
 
 @contextmanager
 def _helpers_ignoring_ctrl_c(capture):
-    """Enter ``capture`` (the compute log manager's) with SIGINT ignored, so the helper processes
+    """Enter ``capture`` (the compute log manager's) with SIGINT blocked, so the helper processes
     it starts (``tail`` and Dagster's ``watch_orphans.py``, which mirror the steps' output to the
-    terminal) inherit that: a terminal's Ctrl-C reaches the whole process group, and each helper
-    printed a KeyboardInterrupt traceback around the run's one-line message. This process stops on
-    it as before; the helpers end with the capture. (Only the main thread may set a handler.)"""
-    main = threading.current_thread() is threading.main_thread()
+    terminal) inherit the blocked signal: a terminal's Ctrl-C reaches the whole process group, and
+    each helper printed a KeyboardInterrupt traceback around the run's one-line message. This
+    process gets a Ctrl-C pressed meanwhile once it unblocks; the helpers end with the capture."""
     with ExitStack() as stack:
-        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             value = stack.enter_context(capture)
         finally:
-            if main:
-                signal.signal(signal.SIGINT, before)
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
         yield value
 
 

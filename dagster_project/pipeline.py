@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sqlite3
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -209,7 +210,9 @@ def prepare_state(con, settings: Settings) -> None:
     validation.ensure_tables(con)
     delta.ensure(con)
     staging.ensure_tables(con)
-    con.execute(f"create table if not exists {RUN_PROCESSES} (run_id varchar primary key, process varchar)")
+    con.execute(f"create table if not exists {RUN_PROCESSES} (run_id varchar primary key, process varchar, "
+                "boot varchar)")
+    con.execute(f"alter table {RUN_PROCESSES} add column if not exists boot varchar")
     record_pending_failures(con, settings)
 
 
@@ -385,6 +388,9 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             result = execute(job, settings.step_threads, dagster, run_id,
                              run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
                              tags={"flywheel/launched_by": "cli", "flywheel/mode": mode, **holder_tags(run_id)})
+        if result.success:
+            with state_connection(settings) as con:
+                settle_row(con, run_id, mode)
         pruned, prune_error = prune_history(dagster, settings.keep_runs)
     failures, traces, error = step_failures(result.all_events)
     if not result.success and not failures:  # no step failed: say why the run did
@@ -406,12 +412,11 @@ def _step_warning(record, said: list[str]) -> list[str]:
 
 
 def run_failure(events) -> str:
-    """Why a run failed that no step failed in: interrupted while no step ran (before the first, or
-    between two), else Dagster's own words."""
+    """Why a run failed that no step failed in: interrupted between steps (before the first, or
+    once those running had ended), else Dagster's own words."""
     if any(e.event_type == dg.DagsterEventType.ENGINE_EVENT and (e.message or "").startswith("Interrupted")
            for e in events):
-        return ("interrupted (Ctrl-C or a termination signal) while no step was running: the steps not "
-                "started did not run")
+        return "interrupted (Ctrl-C or a termination signal) between steps: the steps not started did not run"
     said = [e.message for e in events if e.event_type == dg.DagsterEventType.RUN_FAILURE and e.message]
     return _first_line(said[-1]) if said else "the run failed outside its steps (its Dagster events say more)"
 
@@ -559,10 +564,17 @@ def _unpublished(con, settings: Settings, run_id: str) -> None:
 
 def record_pending_failures(con, settings: Settings) -> None:
     """Record the failures ``mark_failed`` could not, while another run held the database; then
-    those of runs whose process died before anything could (``dead_rows``)."""
+    those of runs whose process died before anything could (``dead_rows``). A file that cannot be
+    recorded is left for the next run, with a warning: it must not fail every run from now on."""
     for path in sorted((settings.state_dir / PENDING_FAILURES).glob("*.json")):
-        failure = json.loads(path.read_text(encoding="utf-8"))
-        _record_failed(con, settings, failure["run_id"], failure["mode"], failure["error"])
+        try:
+            failure = json.loads(path.read_text(encoding="utf-8"))
+            _record_failed(con, settings, failure["run_id"], failure["mode"], failure["error"])
+        except (OSError, ValueError, KeyError, TypeError, duckdb.Error) as exc:
+            print(f"warning: {path}: a failed run's record could not be written to ingest.runs "
+                  f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); kept for the next run",
+                  file=sys.stderr, flush=True)
+            continue
         path.unlink()
     for run_id, mode, process in dead_rows(con):
         _record_failed(con, settings, run_id, mode, f"killed while it ran (its process {process} is gone)")
@@ -576,17 +588,41 @@ RUN_PROCESSES = "lineage.run_processes"
 
 
 def note_holder(con, run_id: str) -> None:
-    con.execute(f"insert or replace into {RUN_PROCESSES} values (?, ?)", [run_id, holder()])
+    con.execute(f"insert or replace into {RUN_PROCESSES} values (?, ?, ?)", [run_id, holder(), _boot_id()])
+
+
+def settle_row(con, run_id: str, mode: str) -> None:
+    """After a run whose steps all succeeded: its row says so when no snapshot step did (a run of
+    part of the job: it stayed "running"), and its process note goes. (A run that failed keeps
+    its note until its failure is recorded: if nothing can record it, the next run does.)"""
+    from dagster_project.state import record_run
+
+    if con.execute("select status from ingest.runs where run_id = ?", [run_id]).fetchone() == ("running",):
+        record_run(con, run_id, mode=mode, status="success")
+    con.execute(f"delete from {RUN_PROCESSES} where run_id = ?", [run_id])
+
+
+def _boot_id() -> str:
+    """This boot of the machine (Linux; '' elsewhere): a pid noted before a reboot names another
+    process, or none, after it."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
 
 
 def dead_rows(con) -> list[tuple[str, str, str]]:
     """(run id, mode, process) of each run still "running" in ``ingest.runs`` whose noted process,
-    on this host, is gone; the notes of runs no longer running are dropped. Called under the writer
-    lock: a `flywheel run` holds it from its row to its end, so no live one is among them (a run
-    the daemon launched takes it step by step, and is not noted)."""
-    rows = con.execute(f"select p.run_id, r.mode, p.process from {RUN_PROCESSES} p join ingest.runs r "
+    on this host, is gone (or was noted before the machine's last boot, or is this one: its own
+    run is noted after this); the notes of runs no longer running are dropped. No live
+    `flywheel run` is among them: each holds the writer lock from its row to its end, and this is
+    called under it (a run the daemon launched takes it step by step, and is not noted)."""
+    rows = con.execute(f"select p.run_id, r.mode, p.process, p.boot from {RUN_PROCESSES} p join ingest.runs r "
                        "using (run_id) where r.status = 'running' order by r.started_at").fetchall()
-    dead = [(run_id, mode, process) for run_id, mode, process in rows if process_gone(process)]
+    here, boot = holder(), _boot_id()
+    dead = [(run_id, mode, process) for run_id, mode, process, noted_boot in rows
+            if process == here or (noted_boot != boot and process.rpartition(":")[0] == here.rpartition(":")[0])
+            or process_gone(process)]
     con.execute(f"delete from {RUN_PROCESSES} where run_id not in (select run_id from ingest.runs "
                 "where status = 'running') or run_id in (select unnest(?::varchar[]))", [[r[0] for r in dead]])
     return dead

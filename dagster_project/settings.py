@@ -182,7 +182,7 @@ class Settings:
                                          rule=f"a number of days from 1 to {MAX_RETENTION_DAYS:,} (100 years)"),
             retention_confirm=parse("FLYWHEEL_RETENTION_CONFIRM", None, int, "30",
                                     check=lambda v: 0 < v <= MAX_RETENTION_DAYS,
-                                    rule="the new, shorter FLYWHEEL_SESSION_RETENTION_DAYS"),
+                                    rule=f"the new, shorter FLYWHEEL_SESSION_RETENTION_DAYS (1 to {MAX_RETENTION_DAYS:,})"),
             raw_dir_confirm=path("FLYWHEEL_RAW_DIR_CONFIRM") if env.get("FLYWHEEL_RAW_DIR_CONFIRM") else None,
             legacy_rebuild=parse("FLYWHEEL_LEGACY_REBUILD", False, _flag, "1", rule="1/true/yes or 0/false/no"),
             keep_snapshots=parse("FLYWHEEL_KEEP_SNAPSHOTS", 5, int, "5", check=lambda v: v > 0,
@@ -211,6 +211,11 @@ class Settings:
         if self.warehouse.is_dir():
             problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is a directory: name the database file, "
                             f"e.g. FLYWHEEL_WAREHOUSE={self.warehouse / 'warehouse.duckdb'}")
+        elif (self.warehouse.parent.resolve() / self.warehouse.name).is_relative_to(self.export_dir.resolve()):
+            # (a snapshot's own warehouse, as the README names it: the link replaced that file)
+            problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is inside FLYWHEEL_EXPORT_DIR={self.export_dir}: "
+                            "each publish puts its link to the current snapshot's warehouse there; put it beside, "
+                            f"e.g. FLYWHEEL_WAREHOUSE={self.export_dir.parent / 'warehouse.duckdb'}")
         elif (foreign := _foreign_file(self.warehouse)) is not None:
             # the publish puts its link in the warehouse's place (a warehouse an older version
             # wrote as a file is replaced by it): any other file there was destroyed, a run later
@@ -333,7 +338,7 @@ class Settings:
 def _foreign_file(path: Path) -> str | None:
     """Why the file at ``path`` is not a warehouse this pipeline wrote, or None: nothing there, the
     link a publish made (or any link: replacing one loses no data), or a DuckDB database holding
-    the pipeline's schemas (an older layout's warehouse, rebuilt from the state database)."""
+    the pipeline's tables (an older layout's warehouse, rebuilt from the state database)."""
     if path.is_symlink() or not path.exists():
         return None
     if not path.is_file():
@@ -351,11 +356,11 @@ def _foreign_file(path: Path) -> str | None:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:
         return f"cannot be opened: {str(exc).splitlines()[0]}"
-    try:
-        schemas = {r[0] for r in con.execute("select schema_name from duckdb_schemas() where not internal").fetchall()}
+    try:  # (a published warehouse holds views only: a snapshot's file, not one to replace)
+        schemas = {r[0] for r in con.execute("select distinct schema_name from duckdb_tables()").fetchall()}
     finally:
         con.close()
-    return None if {"ingest", "exports"} <= schemas else "a DuckDB database without the warehouse's schemas"
+    return None if {"ingest", "exports"} <= schemas else "a DuckDB database without the warehouse's tables"
 
 
 def _unwritable(directory: Path) -> str | None:

@@ -178,8 +178,8 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
 
 
 @pytest.mark.slow
-def test_a_first_publish_killed_before_its_commit_leaves_no_snapshot_once_the_next_run_publishes(settings, home,
-                                                                                                  monkeypatch):
+def test_a_first_publish_killed_before_its_commit_leaves_no_snapshot_once_a_later_run_publishes(settings, home,
+                                                                                                 monkeypatch):
     """Killed between writing its manifest and its ``current`` link, the lake's first publish left a
     snapshot no run committed: with no ``current`` to compare with it was kept, and once a later
     run had published it was older than ``current``: `flywheel status` listed it for good as a kept
@@ -205,6 +205,10 @@ def test_a_first_publish_killed_before_its_commit_leaves_no_snapshot_once_the_ne
     monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
     later = run_pipeline(settings)
     assert later.success, later.failures
+    # what tells a committed snapshot from it is the one after it naming it (``previous``): the
+    # next publish's start, with no ``current`` yet, cannot tell; the one after removes it
+    again = run_pipeline(settings)
+    assert again.success, again.failures
     kept = [p.name for p in snapshots_dir(settings.export_dir).iterdir() if not p.name.startswith(".")]
     assert kept == [current_version(settings.export_dir)] and left not in kept
 
@@ -252,6 +256,24 @@ def test_a_run_killed_before_its_dagster_run_existed_is_failed_by_the_next(setti
         alive.communicate("")
     assert rows == {"gone-run": "failed", "live-run": "running", later.run_id: "success"}
     assert error.startswith("killed while it ran (its process ") and error.endswith(" is gone)")
+
+
+def test_a_run_of_part_of_the_job_is_recorded_as_succeeded_not_killed(settings):
+    """No snapshot step records its outcome: its row stayed "running", and its process note made
+    the next run record it "killed while it ran" (the bench's run through staging)."""
+    import duckdb
+
+    from dagster_project.pipeline import RUN_PROCESSES, run_pipeline
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl", [dumps(interaction(1))])
+    part = run_pipeline(settings, selection=["ingest/interactions", "staging/interactions"])
+    whole = run_pipeline(settings)
+    assert part.success and whole.success, whole.failures
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    assert dict(con.execute("select run_id, status from ingest.runs").fetchall()) == {
+        part.run_id: "success", whole.run_id: "success"}
+    assert con.execute(f"select count(*) from {RUN_PROCESSES}").fetchone() == (0,)
+    con.close()
 
 
 @pytest.mark.parametrize("by", ["a run", "the sensor"])

@@ -400,6 +400,25 @@ def test_disk_full_at_any_stage_publishes_nothing(sample, tmp_path, monkeypatch,
     assert publish(state, tmp_path, "after").status == "published"
 
 
+def test_an_error_right_after_the_commit_keeps_the_committed_snapshot(sample, tmp_path, monkeypatch):
+    """The directory's fsync after the ``current`` link (an I/O error, a signal) failed the publish,
+    which then removed the snapshot ``current`` had just been switched to: no snapshot readable."""
+    state = copy_state(sample[0], tmp_path)
+    publish(state, tmp_path, "first-run")
+    change(state)
+    monkeypatch.setenv(FAULT_ENV, "enospc:committed")
+    with pytest.raises(OSError, match="No space left"):
+        publish(state, tmp_path, "late-fault")
+    monkeypatch.delenv(FAULT_ENV)
+    [now] = [s["version"] for s in list_snapshots(tmp_path / "exports") if s["run_id"] == "late-fault"]
+    assert current_version(tmp_path / "exports") == now
+    verify_snapshot(tmp_path / "exports")
+    con = duckdb.connect(str(state), read_only=True)
+    assert con.execute("select snapshot_status from ingest.runs where run_id = 'late-fault'").fetchone() == (
+        "published",)
+    con.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # readers, cost, retention, guards
 # ---------------------------------------------------------------------------------------------
@@ -963,6 +982,34 @@ def test_a_linked_file_that_does_not_read_fails_the_publish_not_the_analyst(tmp_
         publish(state, tmp_path, "second", hook=damage)
     assert current_version(tmp_path / "exports") == first.version
     verify_snapshot(tmp_path / "exports")
+
+
+def test_a_snapshot_is_removed_as_never_committed_only_when_no_later_one_names_it(tmp_path):
+    """A publish removes a kept snapshot whose run the run log says failed unpublished (a first
+    publish killed before its link), but not one a later snapshot names as ``previous``: that one
+    was current once (its run was recorded unpublished while ``current`` was missing)."""
+    state = toy_state(tmp_path / "state.duckdb", months=2, per_month=10)
+    first = publish(state, tmp_path, "run-one")
+    con = duckdb.connect(str(state))
+    con.execute("insert into staging.interactions values ('i999999', 'sess-raw-1', timestamptz '2025-02-20 00:00+00')")
+    con.close()
+    second = publish(state, tmp_path, "run-two")
+    assert second.status == "published" and second.manifest["previous"] == first.version
+    # a snapshot nothing names, as a killed first publish leaves it, with a manifest
+    never = tmp_path / "exports" / SNAPSHOTS / "20200101T000000000000Z-runthree"
+    shutil.copytree(tmp_path / "exports" / SNAPSHOTS / first.version, never, symlinks=True)
+    manifest = json.loads((never / "manifest.json").read_text())
+    (never / "manifest.json").write_text(json.dumps({**manifest, "run_id": "runthree-killed", "previous": None}))
+    con = duckdb.connect(str(state))
+    con.execute("update ingest.runs set status = 'failed', snapshot = null, snapshot_status = 'not published' "
+                "where run_id = 'run-one'")
+    con.execute("insert into ingest.runs (run_id, started_at, mode, status, snapshot_status) "
+                "values ('runthree-killed', now(), 'incremental', 'failed', 'not published')")
+    con.close()
+    assert publish(state, tmp_path, "run-four").status == "unchanged"
+    kept = sorted(p.name for p in (tmp_path / "exports" / SNAPSHOTS).iterdir() if not p.name.startswith("."))
+    assert kept == sorted([first.version, second.version])
+    verify_snapshot(tmp_path / "exports", first.version)
 
 
 def test_a_legacy_layout_is_migrated_once(tmp_path):

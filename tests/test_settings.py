@@ -124,11 +124,12 @@ def test_a_warehouse_path_naming_another_file_is_refused_before_the_link_replace
     notes.write_text("my notes")
     duckdb.connect(str(tmp_path / "mine.duckdb")).execute("create table t as select 1").close()
     legacy = duckdb.connect(str(tmp_path / "legacy.duckdb"))
-    legacy.execute("create schema ingest; create schema exports; create table ingest.runs (run_id varchar)")
+    legacy.execute("create schema ingest; create schema exports; create table ingest.runs (run_id varchar); "
+                   "create table exports.sft (prompt varchar)")
     legacy.close()
     os.symlink("exports/current/warehouse.duckdb", tmp_path / "linked.duckdb")
     for name, why in (("notes.txt", "not a DuckDB database"),
-                      ("mine.duckdb", "a DuckDB database without the warehouse's schemas")):
+                      ("mine.duckdb", "a DuckDB database without the warehouse's tables")):
         assert preflight_problems(tmp_path, FLYWHEEL_WAREHOUSE=str(tmp_path / name)) == [
             f"FLYWHEEL_WAREHOUSE={tmp_path / name} is an existing file that is not this lake's warehouse ({why}): "
             "the run would replace it with a link to the published warehouse; name a new path, e.g. "
@@ -136,6 +137,12 @@ def test_a_warehouse_path_naming_another_file_is_refused_before_the_link_replace
     for name in ("legacy.duckdb", "linked.duckdb", "new.duckdb"):
         assert preflight_problems(tmp_path, FLYWHEEL_WAREHOUSE=str(tmp_path / name)) == []
     assert notes.read_text() == "my notes"
+    # a snapshot's own warehouse (the README names exports/current/warehouse.duckdb): a link to itself
+    inside = tmp_path / "exports" / "current" / "warehouse.duckdb"
+    assert preflight_problems(tmp_path, FLYWHEEL_WAREHOUSE=str(inside)) == [
+        f"FLYWHEEL_WAREHOUSE={inside} is inside FLYWHEEL_EXPORT_DIR={tmp_path / 'exports'}: each publish puts its "
+        f"link to the current snapshot's warehouse there; put it beside, e.g. FLYWHEEL_WAREHOUSE="
+        f"{tmp_path / 'warehouse.duckdb'}"]
 
 
 def test_a_run_date_after_today_is_refused_before_retention_erases_by_it(tmp_path):

@@ -130,9 +130,9 @@ class Ingestor:
         interrupted = marker.exists()
         expired = privacy.enforce_retention(self.settings, self.spec,
                                             before_rewrite=lambda: bronze_mod._atomic_write(marker, b""))
-        # staging follows in its own step (the replay below resets what it starts from): the rows
-        # it will lose are those expired now
-        staging_expired = privacy.expired_rows(self.con, self.settings, self.spec, "staging") if expired else 0
+        # what raw (replayed below) and staging (in its own step) lose: their rows expired now
+        lost = {layer: privacy.expired_rows(self.con, self.settings, self.spec, layer) if expired else 0
+                for layer in ("raw", "staging")}
         declared = declaration_key(self.spec)
         row = self.con.execute("select fingerprint from lineage.source_declarations where source = ?",
                                [self.spec.name]).fetchone()
@@ -141,7 +141,6 @@ class Ingestor:
         redeclared = row is not None and row[0] != declared
         full_refresh = full_refresh or expired > 0 or interrupted or redeclared or legacy
         self.matcher = privacy.ingest_matcher(self.settings, self.spec)
-        raw_before = privacy._count(self.con, f"raw.{q(self.spec.name)}")
         if full_refresh:
             reset_source(self.con, self.spec.name)
         if row is None or redeclared:
@@ -167,10 +166,7 @@ class Ingestor:
         report.replayed_entries = len(pending)
         if expired:
             report.expired = expired
-            privacy.record_erasure(self.con, "retention", {self.spec.name: {
-                "bronze": expired, "raw": raw_before - privacy._count(self.con, f"raw.{q(self.spec.name)}"),
-                # staging follows in its own step: the rows it will lose are those expired now
-                "staging": staging_expired}})
+            privacy.record_erasure(self.con, "retention", {self.spec.name: {"bronze": expired, **lost}})
         self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
         if not read_files:

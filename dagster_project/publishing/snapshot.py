@@ -293,6 +293,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         plans = {d.path: plans[d.path] for d in published}
 
         snap = snaps / version
+        committed = False
         try:
             snap.mkdir()
             manifest = _write_snapshot(cons, snap, plans, objects, run_id, created, previous_version, watermarks,
@@ -301,16 +302,21 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
             tmp.unlink(missing_ok=True)
             os.symlink(f"{SNAPSHOTS}/{version}", tmp)
             os.replace(tmp, export_dir / CURRENT)  # the commit
+            committed = True
+            hook("committed")
             fsync_dir(export_dir)
         except BaseException:
-            shutil.rmtree(snap, ignore_errors=True)
-            try:
-                con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' "
-                            "where run_id = ?", [run_id])
-            except duckdb.Error:
-                pass
+            # After the commit it is the current snapshot, whatever failed then (the directory's
+            # fsync, a signal): kept and still recorded as published (it was removed, and
+            # ``current`` named nothing)
+            if not committed:
+                shutil.rmtree(snap, ignore_errors=True)
+                try:
+                    con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' "
+                                "where run_id = ?", [run_id])
+                except duckdb.Error:
+                    pass
             raise
-        hook("committed")
         ensure_links(export_dir, warehouse)
         hook("linked")
         prune(export_dir, keep)
@@ -709,7 +715,7 @@ def _next_version(snaps: Path, created: datetime, run_id: str) -> str:
     machine moved across a wrong time zone) named the new snapshot older than the others, and its
     publish deleted every older one as a leftover. Then the name is the newest's time + 1 µs;
     the manifest's ``created_at`` keeps the clock's time."""
-    run = re.sub(r"[^A-Za-z0-9]", "", run_id)[:8] or "run"
+    run = _run_part(run_id)
     stamp = created
     newest = next(iter(_versions(snaps)), None)
     if newest is not None and f"{stamp:{VERSION_STAMP}}Z" <= newest:
@@ -718,6 +724,11 @@ def _next_version(snaps: Path, created: datetime, run_id: str) -> str:
         except ValueError:  # not a name this module made: the clock's time
             pass
     return f"{stamp:{VERSION_STAMP}}Z-{run}"
+
+
+def _run_part(run_id: str) -> str:
+    """The part of a run's id its snapshot's name holds."""
+    return re.sub(r"[^A-Za-z0-9]", "", run_id)[:8] or "run"
 
 
 def _versions(snaps: Path) -> list[str]:
@@ -737,10 +748,17 @@ def _remove_leftovers(export_dir: Path, con: duckdb.DuckDBPyConnection | None = 
         # those the run log says their run never published: a first publish killed between its
         # manifest and its link, once a later run had published, was older than ``current`` and
         # listed as a kept snapshot for good.
-        if ((version > current) if current else not (snaps / version / MANIFEST).exists()) \
-                or (version != current and version.rpartition("-")[2] in unpublished
-                    and _manifest_run(snaps / version) in unpublished[version.rpartition("-")[2]]):
+        if (version > current) if current else not (snaps / version / MANIFEST).exists():
             shutil.rmtree(snaps / version, ignore_errors=True)
+    if current and unpublished:
+        # A committed snapshot was current once, so the one after it names it (``previous``): of
+        # the others, one whose run the run log says never published was never committed.
+        kept = _versions(snaps)
+        named = {_manifest(snaps / v).get("previous") for v in kept}
+        for version in kept:
+            if (version != current and version not in named
+                    and _manifest(snaps / version).get("run_id") in unpublished.get(version.rpartition("-")[2], ())):
+                shutil.rmtree(snaps / version, ignore_errors=True)
     for tmp in (snaps / OBJECTS).glob(".tmp-*"):  # temp objects, and the directories COPY wrote them to
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -760,19 +778,21 @@ def _unpublished_runs(con: duckdb.DuckDBPyConnection | None) -> dict[str, set[st
     try:
         rows = con.execute("select run_id from ingest.runs where status = 'failed' "
                            "and snapshot_status = 'not published'").fetchall()
-    except duckdb.CatalogException:  # no run log yet, or one from before snapshot_status
+    except duckdb.Error:  # no run log yet (the first publish), or one without snapshot_status
         return {}
     out: dict[str, set[str]] = {}
     for (run_id,) in rows:
-        out.setdefault(re.sub(r"[^A-Za-z0-9]", "", run_id)[:8] or "run", set()).add(run_id)
+        out.setdefault(_run_part(run_id), set()).add(run_id)
     return out
 
 
-def _manifest_run(snapshot: Path) -> str | None:
+def _manifest(snapshot: Path) -> dict:
+    """A kept snapshot's manifest ({} when it has none or it does not read)."""
     try:
-        return json.loads((snapshot / MANIFEST).read_text(encoding="utf-8")).get("run_id")
-    except (OSError, ValueError, AttributeError):
-        return None
+        found = json.loads((snapshot / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _kept_manifests(snaps: Path) -> Iterator[dict | None]:

@@ -258,6 +258,42 @@ def test_a_run_killed_before_its_dagster_run_existed_is_failed_by_the_next(setti
     assert error.startswith("killed while it ran (its process ") and error.endswith(" is gone)")
 
 
+def test_a_noted_process_that_is_this_one_or_from_before_a_boot_is_gone_and_a_bad_pending_failure_is_kept(
+        settings, capfd):
+    """The next run notes its own process after looking: a note naming this process is a run of
+    it that ended (pid reuse in a container where flywheel is always pid 1 left it "running"), as
+    is one noted before the machine's last boot. A pending failure file that cannot be recorded
+    (it failed every run's first step) is kept, with a warning, for the next run."""
+    import duckdb
+
+    from dagster_project.pipeline import PENDING_FAILURES, RUN_PROCESSES, dead_rows, prepare_state
+    from dagster_project.state import record_run, state_connection
+
+    host = history.holder().rpartition(":")[0]
+    with state_connection(settings) as con:
+        prepare_state(con, settings)
+        # this process; pid 1 (alive) noted in another boot; pid 1 of another host (never gone)
+        for run_id, process, boot in (("mine", history.holder(), _boot()), ("rebooted", f"{host}:1", "another boot"),
+                                      ("elsewhere", "another-host:1", "another boot")):
+            record_run(con, run_id, mode="incremental")
+            con.execute(f"insert into {RUN_PROCESSES} values (?, ?, ?)", [run_id, process, boot])
+    (settings.state_dir / PENDING_FAILURES).mkdir()
+    bad = settings.state_dir / PENDING_FAILURES / "broken.json"
+    bad.write_text("{not json")
+    with state_connection(settings) as con:
+        prepare_state(con, settings)  # records the dead ones
+        assert dict(con.execute("select run_id, status from ingest.runs").fetchall()) == {
+            "mine": "failed", "rebooted": "failed", "elsewhere": "running"}
+        assert dead_rows(con) == []
+    assert bad.exists() and f"warning: {bad}: a failed run's record could not be written" in capfd.readouterr().err
+
+
+def _boot() -> str:
+    from dagster_project.pipeline import _boot_id
+
+    return _boot_id()
+
+
 def test_a_run_of_part_of_the_job_is_recorded_as_succeeded_not_killed(settings):
     """No snapshot step records its outcome: its row stayed "running", and its process note made
     the next run record it "killed while it ran" (the bench's run through staging)."""

@@ -38,7 +38,7 @@ TABLES: dict[str, str] = {
                               "their observed_seq), consumed by the next staging build.",
     "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
                        "provenance), which expectation and the offending value (never silently lost).",
-    "ingest.erasures": "One row per source per erasure (flywheel forget) or retention pass: when, kind "
+    "ingest.erasures": "One row per source per erasure (flywheel forget), two per retention pass: when, kind "
                        "(session | user | retention) and the rows removed per layer; never the id.",
     "ingest.bronze_applied": "One row per source: the last bronze entry (observation sequence) applied to raw "
                              "(run bookkeeping: published with the next snapshot that has new data).",
@@ -253,10 +253,12 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.validated.result": "What the check reported (rows validated, failures), reported again on reuse.",
     "ingest.erasures.erased_at": "When the erasure or retention pass ran (UTC).",
     "ingest.erasures.kind": "session | user (flywheel forget) or retention (the source's retention window).",
-    "ingest.erasures.source": "The source whose records were removed (snapshots: kept snapshots' files).",
+    "ingest.erasures.source": "The source whose records were removed (a retention pass: one row from its ingest "
+                              "step, one from the kept snapshots' scrub after the publish).",
     "ingest.erasures.bronze_rows": "Records removed from the bronze record (JSONL lines blanked, SQLite rows dropped).",
     "ingest.erasures.raw_rows": "Rows fewer in raw.<source> after the rebuild from bronze.",
-    "ingest.erasures.staging_rows": "Rows fewer in staging.<source> after the rebuild from bronze.",
+    "ingest.erasures.staging_rows": "Rows fewer in staging.<source> after the rebuild from bronze (retention: its "
+                                    "rows expired, which its staging step then drops).",
     "ingest.erasures.snapshot_rows": "Rows removed from the Parquet files of kept snapshots.",
     "ingest.erasures.snapshots": "Kept snapshots rewritten (their manifests updated).",
     # ingest.excluded

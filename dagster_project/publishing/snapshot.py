@@ -744,20 +744,20 @@ def _remove_leftovers(export_dir: Path, con: duckdb.DuckDBPyConnection | None = 
     unpublished = _unpublished_runs(con)
     for version in _versions(snaps):
         # Versions are creation times: one newer than ``current`` never became current. Without a
-        # ``current`` link only manifest-less (half-built) directories are surely leftovers, and
-        # those the run log says their run never published: a first publish killed between its
-        # manifest and its link, once a later run had published, was older than ``current`` and
-        # listed as a kept snapshot for good.
+        # ``current`` link only manifest-less (half-built) directories are surely leftovers.
         if (version > current) if current else not (snaps / version / MANIFEST).exists():
             shutil.rmtree(snaps / version, ignore_errors=True)
-    if current and unpublished:
-        # A committed snapshot was current once, so the one after it names it (``previous``): of
-        # the others, one whose run the run log says never published was never committed.
-        kept = _versions(snaps)
-        named = {_manifest(snaps / v).get("previous") for v in kept}
-        for version in kept:
-            if (version != current and version not in named
-                    and _manifest(snaps / version).get("run_id") in unpublished.get(version.rpartition("-")[2], ())):
+    # Older than ``current``: a first publish killed between its manifest and its link, once a
+    # later run had published, was listed as a kept snapshot for good. Such a one is named after a
+    # run the run log says never published (its manifest says which), and no later snapshot names
+    # it ``previous``, as the one after a committed snapshot does. (Manifests are read only when a
+    # name matches such a run: rare.)
+    suspects = [v for v in _versions(snaps) if current and v < current and v.rpartition("-")[2] in unpublished]
+    if suspects:
+        named = {_manifest(snaps / v).get("previous") for v in _versions(snaps)}
+        for version in suspects:
+            if version not in named and _manifest(snaps / version).get("run_id") in unpublished[
+                    version.rpartition("-")[2]]:
                 shutil.rmtree(snaps / version, ignore_errors=True)
     for tmp in (snaps / OBJECTS).glob(".tmp-*"):  # temp objects, and the directories COPY wrote them to
         if tmp.is_dir() and not tmp.is_symlink():

@@ -167,7 +167,7 @@ def _run_steps(job_context: PlanExecutionContext, execution_plan: ExecutionPlan,
         try:
             log_key = compute_logs.build_log_key_for_run(job_context.run_id, create_compute_log_file_key())
             yield DagsterEvent.capture_logs(job_context, steps_in_order, log_key,
-                                            capture.enter_context(_helpers_ignoring_ctrl_c(
+                                            capture.enter_context(_helpers_blocking_ctrl_c(
                                                 compute_logs.capture_logs(log_key))))
         except Exception:
             yield from _handle_compute_log_setup_error(job_context, sys.exc_info())
@@ -242,7 +242,7 @@ class Running:
 
 
 @contextmanager
-def _helpers_ignoring_ctrl_c(capture):
+def _helpers_blocking_ctrl_c(capture):
     """Enter ``capture`` (the compute log manager's) with SIGINT blocked, so the helper processes
     it starts (``tail`` and Dagster's ``watch_orphans.py``, which mirror the steps' output to the
     terminal) inherit the blocked signal: a terminal's Ctrl-C reaches the whole process group, and

@@ -98,6 +98,42 @@ def test_a_line_appended_to_a_rewritten_file_is_judged_by_that_generation_alone(
     con.close()
 
 
+# (line's interaction, wall time) in write order; the expected instant of each, and of the winner
+REFLUSHED = {
+    # the clocks went back (02:05 after 02:50), then the collector wrote line 1 again
+    "after the change": ([(1, "02:10:00.100000"), (2, "02:50:00.100000"), (3, "02:05:00.100000"),
+                          (1, "02:10:00.100000")],
+                         ["00:10:00.1", "00:50:00.1", "01:05:00.1", "00:10:00.1"]),
+    # written again before the change: a new line of the first pass after it stays in the first
+    "before the change": ([(1, "02:10:00.100000"), (2, "02:50:00.100000"), (1, "02:10:00.100000"),
+                           (3, "02:55:00.100000"), (4, "02:05:00.100000")],
+                          ["00:10:00.1", "00:50:00.1", "00:10:00.1", "00:55:00.1", "01:05:00.1"]),
+}
+
+
+@pytest.mark.parametrize("case", list(REFLUSHED))
+@pytest.mark.parametrize("split", [None, 2])
+def test_a_line_written_again_in_the_repeated_hour_keeps_its_pass(settings, tmp_path, case, split):
+    """A collector re-flushing a line of the repeated hour wrote a smaller wall time after a larger
+    one: read as the clocks going back, the copy was an hour late (it won last-wins, its inline
+    feedback an hour after a later thumbs) and every later first-pass line of the file with it."""
+    s = _zoned(settings, tmp_path)
+    path = settings.raw_dir / MADRID_FILE
+    written, expected = REFLUSHED[case]
+    lines = [dumps(interaction(i, timestamp=f"2026-10-25T{w}")) for i, w in written]
+    for n, part in enumerate([lines] if split is None else [lines[:split], lines[split:]]):
+        write_lines(path, part, mode="ab")
+        ingest(s, f"run-{n}", sources=["interactions"])[0].close()
+    for full_refresh in (False, True):  # incremental (then read as it stands), and one full refresh
+        con, _ = ingest(s, f"again-{full_refresh}", sources=["interactions"], full_refresh=full_refresh)
+        got = rows(con, "select timestamp from raw.interactions order by line_number")
+        staged = rows(con, "select id, timestamp from staging.interactions order by id")
+        con.close()
+        assert got == [(_utc(f"2026-10-25T{u}"),) for u in expected]
+        assert staged == sorted({(interaction(i)["id"], _utc(f"2026-10-25T{u}"))
+                                 for (i, _), u in zip(written, expected)})
+
+
 def test_a_repeated_hour_written_without_zero_padding_is_resolved(settings, tmp_path):
     """DuckDB reads a naive time written without zero-padding ('2026-10-25 2:10:00', as a writer
     formatting its own hour does, and the repeated hour is 02:xx in Europe); the second pass was

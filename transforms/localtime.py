@@ -12,6 +12,11 @@ State is per (file, field, day of the transition): the greatest first-pass wall 
 whether the second pass has begun. Lines ingested by an earlier run are part of that state
 (looked up in ``raw``), so incremental runs resolve exactly as one full refresh does.
 
+A line written again (a collector re-flushing what it wrote: the same identity and the same wall
+time, to the microsecond) is no step back: it takes the pass of its first writing and moves
+nothing. (Read as the clocks going back, it was an hour late, won last-wins by that hour, and
+took every later first-pass line of the file with it.)
+
 Known limit: a writer silent from before the first pass until inside the second pass (more than
 an hour) leaves no step back; its lines stay ``fold_first``. Times in a *skipped* hour (spring)
 are quarantined by the classifier as ``bad_timestamp``: no correct clock writes them.
@@ -20,7 +25,7 @@ are quarantined by the classifier as ``bad_timestamp``: no correct clock writes 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -42,20 +47,35 @@ class PassState:
 
     latest_first: datetime | None = None  # greatest wall time seen in the first pass
     second: bool = False
+    written: dict[tuple[str | None, datetime], str] = field(default_factory=dict)  # (identity, wall) -> pass
+
+    def note(self, identity: str | None, wall: datetime, fold: str) -> None:
+        """A line of the file before the ones being assigned (context from raw)."""
+        self.written.setdefault((identity, wall), fold)
+        if fold == FOLD_SECOND:
+            self.second = True
+        else:
+            self.latest_first = wall if self.latest_first is None else max(self.latest_first, wall)
 
 
-def assign_passes(states: dict[date, PassState], wall_times: list[datetime]) -> list[str]:
-    """The pass of each ambiguous wall time of one file, in write order; updates ``states``."""
+def assign_passes(states: dict[date, PassState], wall_times: list[datetime],
+                  identities: list[str | None] | None = None) -> list[str]:
+    """The pass of each ambiguous wall time of one file, in write order (``identities``: each
+    line's identity, to tell a line written again); updates ``states``."""
     out = []
-    for wall in wall_times:
+    for i, wall in enumerate(wall_times):
         st = states.setdefault(wall.date(), PassState())
+        identity = identities[i] if identities else None
+        again = st.written.get((identity, wall))
+        if again is not None:  # written again: its first writing's pass
+            out.append(again)
+            continue
         if not st.second and st.latest_first is not None and wall < st.latest_first:
             st.second = True
-        if st.second:
-            out.append(FOLD_SECOND)
-        else:
+        if not st.second:
             st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
-            out.append(FOLD_FIRST)
+        out.append(FOLD_SECOND if st.second else FOLD_FIRST)
+        st.written[(identity, wall)] = out[-1]
     return out
 
 
@@ -70,6 +90,15 @@ def wall_time(at: datetime, zone: str) -> datetime:
     clock showed it, however the text spelled it (the classifier reads '2026-10-25 2:10:00',
     which ``datetime.fromisoformat`` refused, failing the source's ingest on every run)."""
     return at.astimezone(ZoneInfo(zone)).replace(tzinfo=None)
+
+
+def _identity_sql(spec: SourceSpec) -> str:
+    """A line's identity as text (``{t}``: the table's alias), or NULL when the source's identity
+    is not its own fields (a content hash): then the wall time alone tells a line written again."""
+    names = set(spec.field_names)
+    if not spec.identity or spec.identity_sql or not all(name in names for name in spec.identity):
+        return "null::varchar"
+    return "concat_ws('|', " + ", ".join(f"coalesce({{t}}.{q(name)}::varchar, '')" for name in spec.identity) + ")"
 
 
 def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: str, raw_table: str,
@@ -92,9 +121,10 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
             continue
         zone = f.time_zone or spec.time_zone
         col, fold_col = q(f.name), q(f.name + "_fold")
+        ident = _identity_sql(spec)
         rows = con.execute(
-            f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{col}, u.generation "
-            f"from {candidates} c join {units} u on c.path = u.k "
+            f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{col}, u.generation, "
+            f"{ident.format(t='c')} from {candidates} c join {units} u on c.path = u.k "
             f"where c.reason is null and c.{fold_col} = ? order by u.path, u.seq, c.line_number",
             [FOLD_FIRST]).fetchall()
         if not rows:
@@ -109,20 +139,16 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
             if first_line > 1:  # the generation began before this batch: its earlier lines count
                 began = generation_start(path, generation) if generation is not None else None
                 earlier = con.execute(
-                    f"select {col}, {fold_col} from {raw_table} where path = ? and line_number < ? "
-                    f"and observed_seq < ? and observed_seq >= ? and {fold_col} in (?, ?) "
+                    f"select {col}, {fold_col}, {ident.format(t='r')} from {raw_table} r where path = ? "
+                    f"and line_number < ? and observed_seq < ? and observed_seq >= ? and {fold_col} in (?, ?) "
                     "qualify row_number() over (partition by line_number order by observed_seq desc) = 1 "
                     "order by line_number",
                     [path, first_line, first_seq, -1 if began is None else began, FOLD_FIRST, FOLD_SECOND]).fetchall()
-                for at, fold in earlier:
+                for at, fold, identity in earlier:
                     wall = wall_time(at, zone)
-                    st = states.setdefault(wall.date(), PassState())
-                    if fold == FOLD_SECOND:
-                        st.second = True
-                    else:
-                        st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
+                    states.setdefault(wall.date(), PassState()).note(identity, wall, fold)
             seq = None
-            for _, unit_seq, unit_first, k, line_number, at, unit_generation in lines:
+            for _, unit_seq, unit_first, k, line_number, at, unit_generation, identity in lines:
                 if unit_seq != seq:
                     seq = unit_seq
                     # a new generation of the file starts over: told by its number (a replay's
@@ -133,7 +159,7 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
                         states = {}
                         generation = unit_generation
                 wall = wall_time(at, zone)
-                if assign_passes(states, [wall])[0] == FOLD_SECOND:
+                if assign_passes(states, [wall], [identity])[0] == FOLD_SECOND:
                     updates.append((instant(wall, zone, FOLD_SECOND), FOLD_SECOND, k, line_number))
         if updates:  # one statement: executemany runs one update per line, ~0.5 ms each
             moves = arrowcols.table({"instant": arrowcols.timestamps([u[0] for u in updates]),

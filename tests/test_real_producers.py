@@ -134,6 +134,27 @@ def test_a_line_written_again_in_the_repeated_hour_keeps_its_pass(settings, tmp_
                                  for (i, _), u in zip(written, expected)})
 
 
+def test_a_source_identified_by_content_tells_a_line_written_again_by_its_content(settings, tmp_path):
+    """The legacy log has no id (its content is its identity): two different rows at one wall time
+    (a writer with second resolution) are two lines, the later one after the clocks went back;
+    the same row logged again is one. (Keyed by wall time alone, the second pass's line at a time
+    the first pass had used stayed an hour early.)"""
+    s = _zoned(settings, tmp_path, source="legacy_log")
+
+    def row(wall: str, text: str) -> str:
+        return json.dumps({"timestamp": f"2026-10-25T{wall}", "type": "interaction", "user_input": text})
+
+    write_lines(settings.raw_dir / "interactions" / "2026-10-25_interactions.jsonl",
+                [row("02:10:00", "a"), row("02:50:00", "b"), row("02:10:00", "c"), row("02:20:00", "d"),
+                 row("02:50:00", "b")])
+    con, _ = ingest(s, "run-1", sources=["legacy_log"])
+    got = rows(con, "select user_input, timestamp from raw.legacy_log order by line_number")
+    con.close()
+    assert got == [("a", _utc("2026-10-25T00:10:00")), ("b", _utc("2026-10-25T00:50:00")),
+                   ("c", _utc("2026-10-25T01:10:00")), ("d", _utc("2026-10-25T01:20:00")),
+                   ("b", _utc("2026-10-25T00:50:00"))]
+
+
 def test_a_repeated_hour_written_without_zero_padding_is_resolved(settings, tmp_path):
     """DuckDB reads a naive time written without zero-padding ('2026-10-25 2:10:00', as a writer
     formatting its own hour does, and the repeated hour is 02:xx in Europe); the second pass was

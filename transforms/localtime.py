@@ -12,8 +12,8 @@ State is per (file, field, day of the transition): the greatest first-pass wall 
 whether the second pass has begun. Lines ingested by an earlier run are part of that state
 (looked up in ``raw``), so incremental runs resolve exactly as one full refresh does.
 
-A line written again (a collector re-flushing what it wrote: the same identity and the same wall
-time, to the microsecond) is no step back: it takes the pass of its first writing and moves
+A line written again (a collector re-flushing what it wrote: the same identity, as staging keys
+it, and the same wall time, to the microsecond) is no step back: it takes the pass of its first writing and moves
 nothing. (Read as the clocks going back, it was an hour late, won last-wins by that hour, and
 took every later first-pass line of the file with it.)
 
@@ -34,6 +34,7 @@ import duckdb
 from transforms import arrowcols
 from transforms.classify import q
 from transforms.spec import SourceSpec
+from transforms.staging import identity_columns
 from transforms.sqlfiles import registered
 
 FOLD_FIRST = "fold_first"
@@ -93,12 +94,10 @@ def wall_time(at: datetime, zone: str) -> datetime:
 
 
 def _identity_sql(spec: SourceSpec) -> str:
-    """A line's identity as text (``{t}``: the table's alias), or NULL when the source's identity
-    is not its own fields (a content hash): then the wall time alone tells a line written again."""
-    names = set(spec.field_names)
-    if not spec.identity or spec.identity_sql or not all(name in names for name in spec.identity):
-        return "null::varchar"
-    return "concat_ws('|', " + ", ".join(f"coalesce({{t}}.{q(name)}::varchar, '')" for name in spec.identity) + ")"
+    """A line's identity as text (``{t}``: the table's alias): its identity columns as the
+    classifier wrote them (a content hash for ``@content``, the ``identity_sql`` column), as a
+    JSON list (NULL and '' differ, and no separator can make two identities one)."""
+    return "to_json([" + ", ".join(f"{{t}}.{q(name)}::varchar" for name in identity_columns(spec)) + "])::varchar"
 
 
 def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: str, raw_table: str,

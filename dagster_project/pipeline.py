@@ -550,14 +550,18 @@ def _unpublished(con, settings: Settings, run_id: str) -> None:
     run log it publishes says so): the row named a snapshot the next run removed as a leftover.
     Committed, it is the current snapshot or, once a later run published, an older one still
     kept (names only grow: a snapshot never committed is newer than the current one, and is gone
-    once a later run published); else the run published nothing."""
+    once a later run published); else the run published nothing. With no ``current`` (the lake's
+    first publish, or the link removed) a snapshot with its manifest cannot be told from one that
+    was committed: it stays "published" (it is kept, and listed, until retention prunes it)."""
     from dagster_project.publishing.snapshot import MANIFEST, current_version, snapshots_dir
 
     row = con.execute("select snapshot from ingest.runs where run_id = ? and snapshot_status = 'published'",
                       [run_id]).fetchone()
     current = current_version(settings.export_dir)
-    if row is None or row[0] is None or (current is not None and row[0] <= current
-                                         and (snapshots_dir(settings.export_dir) / row[0] / MANIFEST).exists()):
+    if row is None or row[0] is None:
+        return
+    written = (snapshots_dir(settings.export_dir) / row[0] / MANIFEST).exists()
+    if written and (current is None or row[0] <= current):
         return
     con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' where run_id = ?", [run_id])
 

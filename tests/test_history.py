@@ -178,16 +178,20 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
 
 
 @pytest.mark.slow
-def test_a_first_publish_killed_before_its_commit_leaves_no_snapshot_once_a_later_run_publishes(settings, home,
-                                                                                                 monkeypatch):
+def test_a_first_publish_killed_after_its_manifest_is_kept_as_it_cannot_be_told_from_a_committed_one(
+        settings, home, monkeypatch):
     """Killed between writing its manifest and its ``current`` link, the lake's first publish left a
-    snapshot no run committed: with no ``current`` to compare with it was kept, and once a later
-    run had published it was older than ``current``: `flywheel status` listed it for good as a kept
-    snapshot that passed, while its run was failed and "not published"."""
+    whole snapshot that no run committed. With no ``current`` it looks like a committed snapshot
+    whose link was removed: deleting it could delete one that was published. It is kept (retention
+    prunes it in time), complete, and its run's row still names it (it said "not published" while
+    the snapshot stayed listed)."""
     import subprocess
     import sys
 
+    import duckdb
+
     from dagster_project.pipeline import run_pipeline
+    from dagster_project.publishing import verify_snapshot
     from dagster_project.publishing.snapshot import FAULT_ENV, current_version, snapshots_dir
 
     write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
@@ -203,14 +207,15 @@ def test_a_first_publish_killed_before_its_commit_leaves_no_snapshot_once_a_late
 
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
-    later = run_pipeline(settings)
-    assert later.success, later.failures
-    # what tells a committed snapshot from it is the one after it naming it (``previous``): the
-    # next publish's start, with no ``current`` yet, cannot tell; the one after removes it
-    again = run_pipeline(settings)
-    assert again.success, again.failures
-    kept = [p.name for p in snapshots_dir(settings.export_dir).iterdir() if not p.name.startswith(".")]
-    assert kept == [current_version(settings.export_dir)] and left not in kept
+    for _ in range(2):
+        assert run_pipeline(settings).success
+    kept = sorted(p.name for p in snapshots_dir(settings.export_dir).iterdir() if not p.name.startswith("."))
+    assert kept == [left, current_version(settings.export_dir)]
+    verify_snapshot(settings.export_dir, left)
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    assert con.execute("select status, snapshot, snapshot_status from ingest.runs where snapshot = ?",
+                       [left]).fetchall() == [("failed", left, "published")]
+    con.close()
 
 
 def test_a_run_killed_before_its_dagster_run_existed_is_failed_by_the_next(settings):

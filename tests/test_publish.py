@@ -984,34 +984,6 @@ def test_a_linked_file_that_does_not_read_fails_the_publish_not_the_analyst(tmp_
     verify_snapshot(tmp_path / "exports")
 
 
-def test_a_snapshot_is_removed_as_never_committed_only_when_no_later_one_names_it(tmp_path):
-    """A publish removes a kept snapshot whose run the run log says failed unpublished (a first
-    publish killed before its link), but not one a later snapshot names as ``previous``: that one
-    was current once (its run was recorded unpublished while ``current`` was missing)."""
-    state = toy_state(tmp_path / "state.duckdb", months=2, per_month=10)
-    first = publish(state, tmp_path, "run-one")
-    con = duckdb.connect(str(state))
-    con.execute("insert into staging.interactions values ('i999999', 'sess-raw-1', timestamptz '2025-02-20 00:00+00')")
-    con.close()
-    second = publish(state, tmp_path, "run-two")
-    assert second.status == "published" and second.manifest["previous"] == first.version
-    # a snapshot nothing names, as a killed first publish leaves it, with a manifest
-    never = tmp_path / "exports" / SNAPSHOTS / "20200101T000000000000Z-runthree"
-    shutil.copytree(tmp_path / "exports" / SNAPSHOTS / first.version, never, symlinks=True)
-    manifest = json.loads((never / "manifest.json").read_text())
-    (never / "manifest.json").write_text(json.dumps({**manifest, "run_id": "runthree-killed", "previous": None}))
-    con = duckdb.connect(str(state))
-    con.execute("update ingest.runs set status = 'failed', snapshot = null, snapshot_status = 'not published' "
-                "where run_id = 'run-one'")
-    con.execute("insert into ingest.runs (run_id, started_at, mode, status, snapshot_status) "
-                "values ('runthree-killed', now(), 'incremental', 'failed', 'not published')")
-    con.close()
-    assert publish(state, tmp_path, "run-four").status == "unchanged"
-    kept = sorted(p.name for p in (tmp_path / "exports" / SNAPSHOTS).iterdir() if not p.name.startswith("."))
-    assert kept == sorted([first.version, second.version])
-    verify_snapshot(tmp_path / "exports", first.version)
-
-
 def test_a_legacy_layout_is_migrated_once(tmp_path):
     exports = tmp_path / "exports"
     (exports / "training" / ".versions" / "sft" / "v1").mkdir(parents=True)

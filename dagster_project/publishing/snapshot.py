@@ -244,7 +244,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
     objects = snaps / OBJECTS
     objects.mkdir(parents=True, exist_ok=True)
     with _locked(snaps / ".lock"), side_cursors(con, writers - 1) as others:
-        _remove_leftovers(export_dir, con)
+        _remove_leftovers(export_dir)
         cons = [con, *others]
         patterns = name_ids()
         for each in cons:
@@ -715,7 +715,7 @@ def _next_version(snaps: Path, created: datetime, run_id: str) -> str:
     machine moved across a wrong time zone) named the new snapshot older than the others, and its
     publish deleted every older one as a leftover. Then the name is the newest's time + 1 µs;
     the manifest's ``created_at`` keeps the clock's time."""
-    run = _run_part(run_id)
+    run = re.sub(r"[^A-Za-z0-9]", "", run_id)[:8] or "run"
     stamp = created
     newest = next(iter(_versions(snaps)), None)
     if newest is not None and f"{stamp:{VERSION_STAMP}}Z" <= newest:
@@ -726,39 +726,21 @@ def _next_version(snaps: Path, created: datetime, run_id: str) -> str:
     return f"{stamp:{VERSION_STAMP}}Z-{run}"
 
 
-def _run_part(run_id: str) -> str:
-    """The part of a run's id its snapshot's name holds."""
-    return re.sub(r"[^A-Za-z0-9]", "", run_id)[:8] or "run"
-
-
 def _versions(snaps: Path) -> list[str]:
     if not snaps.exists():
         return []
     return sorted((p.name for p in snaps.iterdir() if p.is_dir() and not p.name.startswith(".")), reverse=True)
 
 
-def _remove_leftovers(export_dir: Path, con: duckdb.DuckDBPyConnection | None = None) -> None:
+def _remove_leftovers(export_dir: Path) -> None:
     """What killed publishes left: temp objects and links, snapshots that were never committed."""
     snaps = export_dir / SNAPSHOTS
     current = current_version(export_dir)
-    unpublished = _unpublished_runs(con)
     for version in _versions(snaps):
         # Versions are creation times: one newer than ``current`` never became current. Without a
         # ``current`` link only manifest-less (half-built) directories are surely leftovers.
         if (version > current) if current else not (snaps / version / MANIFEST).exists():
             shutil.rmtree(snaps / version, ignore_errors=True)
-    # Older than ``current``: a first publish killed between its manifest and its link, once a
-    # later run had published, was listed as a kept snapshot for good. Such a one is named after a
-    # run the run log says never published (its manifest says which), and no later snapshot names
-    # it ``previous``, as the one after a committed snapshot does. (Manifests are read only when a
-    # name matches such a run: rare.)
-    suspects = [v for v in _versions(snaps) if current and v < current and v.rpartition("-")[2] in unpublished]
-    if suspects:
-        named = {_manifest(snaps / v).get("previous") for v in _versions(snaps)}
-        for version in suspects:
-            if version not in named and _manifest(snaps / version).get("run_id") in unpublished[
-                    version.rpartition("-")[2]]:
-                shutil.rmtree(snaps / version, ignore_errors=True)
     for tmp in (snaps / OBJECTS).glob(".tmp-*"):  # temp objects, and the directories COPY wrote them to
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -766,33 +748,6 @@ def _remove_leftovers(export_dir: Path, con: duckdb.DuckDBPyConnection | None = 
             tmp.unlink(missing_ok=True)
     for link in export_dir.glob(f".{CURRENT}.link-*"):
         link.unlink(missing_ok=True)
-
-
-def _unpublished_runs(con: duckdb.DuckDBPyConnection | None) -> dict[str, set[str]]:
-    """The runs the run log says failed without publishing, by the part of their id a snapshot's
-    name holds (``_next_version``): a snapshot such a run made was never committed (a run killed
-    while it published is failed by the next, and its row says so unless its snapshot became
-    current). Its manifest names the whole id (two runs may share a name's 8 characters)."""
-    if con is None:
-        return {}
-    try:
-        rows = con.execute("select run_id from ingest.runs where status = 'failed' "
-                           "and snapshot_status = 'not published'").fetchall()
-    except duckdb.Error:  # no run log yet (the first publish), or one without snapshot_status
-        return {}
-    out: dict[str, set[str]] = {}
-    for (run_id,) in rows:
-        out.setdefault(_run_part(run_id), set()).add(run_id)
-    return out
-
-
-def _manifest(snapshot: Path) -> dict:
-    """A kept snapshot's manifest ({} when it has none or it does not read)."""
-    try:
-        found = json.loads((snapshot / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def _kept_manifests(snaps: Path) -> Iterator[dict | None]:

@@ -234,6 +234,16 @@ def status() -> None:
     _print_status(_settings())
 
 
+def _alike_folded(events) -> list[tuple]:
+    """File events as (source, path, event, detail, how many more alike): the files of one source
+    with one event and one detail are one line (a directory that may not be listed made each
+    file it holds a line of its own, 53 for one directory), in the order they came."""
+    groups: dict[tuple, list] = {}
+    for source, path, event, detail in events:
+        groups.setdefault((source, event, detail), []).append(path)
+    return [(source, paths[0], event, detail, len(paths) - 1) for (source, event, detail), paths in groups.items()]
+
+
 def _print_status(settings: Settings, run_id: str | None = None) -> None:
     con = _reader(settings)
     try:
@@ -281,9 +291,10 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
             events = this["events"] if this else con.execute(
                 "select source, path, event, detail from ingest.file_events where run_id = ? "
                 "order by occurred_at, path", [run_id]).fetchall()
-            for source, path, event, detail in events:
-                out.print(f"[yellow]{event}[/] {source}: {escape(path)}: {escape(detail or '')}", highlight=False,
-                          soft_wrap=True)
+            for source, path, event, detail, alike in _alike_folded(events):
+                out.print(f"[yellow]{event}[/] {source}: {escape(path)}: {escape(detail or '')}"
+                          + (f" [yellow](and {alike:,} more {source} files, the same)[/]" if alike else ""),
+                          highlight=False, soft_wrap=True)
             if this and this["events_total"] > len(events):
                 out.print(f"[yellow]… and {this['events_total'] - len(events):,} more file events[/] "
                           "(ingest.file_events)")

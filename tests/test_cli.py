@@ -550,3 +550,19 @@ def test_a_bad_argument_is_refused_with_exit_2_and_no_traceback(env, args, said)
     result = CliRunner().invoke(app, list(args))
     assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_the_run_summary_says_the_files_gone_alike_in_one_line(env):
+    """Each file event of the run was a line of its own: a directory that may not be listed made
+    one per file it held (53 for one directory). Files of one source with one event and one reason
+    are one line, counting the others."""
+    for day in range(1, 5):
+        write_lines(env.raw_dir / "interactions" / f"interactions_2026-03-0{day}_5b0c2f7e.jsonl",
+                    [dumps(interaction(100 + day))])
+    assert invoke("run", "--quiet").exit_code == 0
+    for day in range(1, 5):
+        (env.raw_dir / "interactions" / f"interactions_2026-03-0{day}_5b0c2f7e.jsonl").unlink()
+    lines = invoke("run", "--quiet").output.splitlines()
+    gone = [line for line in lines if line.startswith("missing interactions: ")]
+    assert gone == ["missing interactions: interactions/interactions_2026-03-01_5b0c2f7e.jsonl: the file is gone; "
+                    "its rows are kept (and 3 more interactions files, the same)"], lines

@@ -212,7 +212,6 @@ def prepare_state(con, settings: Settings) -> None:
     staging.ensure_tables(con)
     con.execute(f"create table if not exists {RUN_PROCESSES} (run_id varchar primary key, process varchar, "
                 "boot varchar)")
-    con.execute(f"alter table {RUN_PROCESSES} add column if not exists boot varchar")
     record_pending_failures(con, settings)
 
 
@@ -620,13 +619,17 @@ def dead_rows(con) -> list[tuple[str, str, str]]:
     on this host, is gone (or was noted before the machine's last boot, or is this one: its own
     run is noted after this); the notes of runs no longer running are dropped. No live
     `flywheel run` is among them: each holds the writer lock from its row to its end, and this is
-    called under it (a run the daemon launched takes it step by step, and is not noted)."""
-    rows = con.execute(f"select p.run_id, r.mode, p.process, p.boot from {RUN_PROCESSES} p join ingest.runs r "
-                       "using (run_id) where r.status = 'running' order by r.started_at").fetchall()
+    called under it (a run the daemon launched is not noted: the dead-runs sweep finds it by its
+    Dagster run). Usually there is no note (a run that succeeded drops its own): one statement."""
+    rows = con.execute(f"select p.run_id, r.mode, r.status, p.process, p.boot from {RUN_PROCESSES} p "
+                       "left join ingest.runs r using (run_id) order by r.started_at").fetchall()
+    if not rows:
+        return []
     here, boot = holder(), _boot_id()
-    dead = [(run_id, mode, process) for run_id, mode, process, noted_boot in rows
-            if process == here or (noted_boot != boot and process.rpartition(":")[0] == here.rpartition(":")[0])
-            or process_gone(process)]
-    con.execute(f"delete from {RUN_PROCESSES} where run_id not in (select run_id from ingest.runs "
-                "where status = 'running') or run_id in (select unnest(?::varchar[]))", [[r[0] for r in dead]])
+    dead = [(run_id, mode, process) for run_id, mode, status, process, noted_boot in rows if status == "running"
+            and (process == here or process_gone(process)
+                 or (noted_boot != boot and process.rpartition(":")[0] == here.rpartition(":")[0]))]
+    gone = [run_id for run_id, _, status, _, _ in rows if status != "running"] + [r[0] for r in dead]
+    if gone:
+        con.execute(f"delete from {RUN_PROCESSES} where run_id in (select unnest(?::varchar[]))", [gone])
     return dead

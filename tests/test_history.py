@@ -271,14 +271,14 @@ def test_a_noted_process_that_is_this_one_or_from_before_a_boot_is_gone_and_a_ba
     (it failed every run's first step) is kept, with a warning, for the next run."""
     import duckdb
 
-    from dagster_project.pipeline import PENDING_FAILURES, RUN_PROCESSES, dead_rows, prepare_state
+    from dagster_project.pipeline import PENDING_FAILURES, RUN_PROCESSES, _boot_id, dead_rows, prepare_state
     from dagster_project.state import record_run, state_connection
 
     host = history.holder().rpartition(":")[0]
     with state_connection(settings) as con:
         prepare_state(con, settings)
         # this process; pid 1 (alive) noted in another boot; pid 1 of another host (never gone)
-        for run_id, process, boot in (("mine", history.holder(), _boot()), ("rebooted", f"{host}:1", "another boot"),
+        for run_id, process, boot in (("mine", history.holder(), _boot_id()), ("rebooted", f"{host}:1", "another boot"),
                                       ("elsewhere", "another-host:1", "another boot")):
             record_run(con, run_id, mode="incremental")
             con.execute(f"insert into {RUN_PROCESSES} values (?, ?, ?)", [run_id, process, boot])
@@ -291,12 +291,6 @@ def test_a_noted_process_that_is_this_one_or_from_before_a_boot_is_gone_and_a_ba
             "mine": "failed", "rebooted": "failed", "elsewhere": "running"}
         assert dead_rows(con) == []
     assert bad.exists() and f"warning: {bad}: a failed run's record could not be written" in capfd.readouterr().err
-
-
-def _boot() -> str:
-    from dagster_project.pipeline import _boot_id
-
-    return _boot_id()
 
 
 def test_a_run_of_part_of_the_job_is_recorded_as_succeeded_not_killed(settings):

@@ -13,9 +13,9 @@ whether the second pass has begun. Lines ingested by an earlier run are part of 
 (looked up in ``raw``), so incremental runs resolve exactly as one full refresh does.
 
 A line written again (a collector re-flushing what it wrote: the same identity, as staging keys
-it, and the same wall time, to the microsecond) is no step back: it takes the pass of its first writing and moves
-nothing. (Read as the clocks going back, it was an hour late, won last-wins by that hour, and
-took every later first-pass line of the file with it.)
+it, and the same wall time, to the microsecond) is no step back: it takes the pass of its first
+writing and moves nothing. (Read as the clocks going back, it was an hour late, won last-wins by
+that hour, and took every later first-pass line of the file with it.)
 
 Known limit: a writer silent from before the first pass until inside the second pass (more than
 an hour) leaves no step back; its lines stay ``fold_first``. Times in a *skipped* hour (spring)
@@ -51,7 +51,7 @@ class PassState:
     written: dict[tuple[str | None, datetime], str] = field(default_factory=dict)  # (identity, wall) -> pass
 
     def note(self, identity: str | None, wall: datetime, fold: str) -> None:
-        """A line of the file before the ones being assigned (context from raw)."""
+        """A line of the file in ``fold``: one assigned, or one before them (context from raw)."""
         self.written.setdefault((identity, wall), fold)
         if fold == FOLD_SECOND:
             self.second = True
@@ -71,12 +71,9 @@ def assign_passes(states: dict[date, PassState], wall_times: list[datetime],
         if again is not None:  # written again: its first writing's pass
             out.append(again)
             continue
-        if not st.second and st.latest_first is not None and wall < st.latest_first:
-            st.second = True
-        if not st.second:
-            st.latest_first = wall if st.latest_first is None else max(st.latest_first, wall)
-        out.append(FOLD_SECOND if st.second else FOLD_FIRST)
-        st.written[(identity, wall)] = out[-1]
+        second = st.second or (st.latest_first is not None and wall < st.latest_first)
+        out.append(FOLD_SECOND if second else FOLD_FIRST)
+        st.note(identity, wall, out[-1])
     return out
 
 
@@ -115,12 +112,12 @@ def resolve_folds(con: duckdb.DuckDBPyConnection, spec: SourceSpec, candidates: 
     earlier generation's line of that number as context, which a full refresh never sees.
     """
     moved = 0
+    ident = _identity_sql(spec)
     for f in spec.fields:
         if f.time not in NAIVE_TIMES:
             continue
         zone = f.time_zone or spec.time_zone
         col, fold_col = q(f.name), q(f.name + "_fold")
-        ident = _identity_sql(spec)
         rows = con.execute(
             f"select u.path, u.seq, u.first_line, c.path as k, c.line_number, c.{col}, u.generation, "
             f"{ident.format(t='c')} from {candidates} c join {units} u on c.path = u.k "

@@ -51,6 +51,7 @@ from dagster_project import versions
 from dagster_project.publishing import parquet
 from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit,
                                                 on_connections, plan, q, write_all)
+from dagster_project.privacy import MENTION_MIN
 from dagster_project.state import side_cursors
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
 
@@ -519,6 +520,12 @@ def _refuse_empty(plans: dict[str, Plan], before: dict, version: str | None, all
 def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> None:
     """Blocking: no text column of a shared dataset holds a raw session/user id from staging.
 
+    Ids shorter than ``MENTION_MIN`` characters are not looked for: user "2" cannot be told from
+    arm "2" or a count, and such a coincidence stopped every publish until the data changed
+    (``flywheel forget`` matches them only where a value is the id, for the same reason). A column
+    leaking ids still shows through every id of eight characters or more: every producer's session
+    ids are.
+
     Only partitions being written are read: a reused object passed this check when it was made.
     The new rows' distinct text values are looked up in staging's id columns (a semi-join), not
     staging's every id collected first: that set grows with the lake, the new rows with the run.
@@ -541,7 +548,7 @@ def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> Non
         for _, planned, text, where in checked)
     union = " union all ".join(f"select {q(c)} as v from staging.{q(t)}" for t, c in id_columns)
     con.execute(f"create or replace temp table __fw_raw_ids as with new as ({candidates}) "
-                f"select distinct v from ({union}) where v <> '' and v in (select v from new)")
+                f"select distinct v from ({union}) where length(v) >= {MENTION_MIN} and v in (select v from new)")
     try:
         if not con.execute("select count(*) from __fw_raw_ids").fetchone()[0]:
             return

@@ -121,12 +121,16 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
     else:
         nonstandard = "false"
     # A duplicate key inside a nested value (``{"a": {"b": 1, "b": 2}}``) hides a value just as
-    # a top-level one does. Only object/array values can hold one: declared nested fields, and
-    # the unknown keys kept in ``extra`` (then the whole line is searched).
+    # a top-level one does. Only object/array values can hold one: declared nested fields (and a
+    # ``json_text`` field's document held in a string), and the unknown keys kept in ``extra``
+    # (then the whole line is searched).
     nested_dup = " or ".join(
         [f"(k{i} in ('o', 'a') and {_dup_keys(f'v{i}')})" for i, f in enumerate(spec.fields, start=1)
          if f.type in ("object", "array", "any", "json_text")]
-        + [f"(n_keys > n_present and {_dup_keys('text')})"])
+        # a JSON document held in a string (the eventlog's ``data``, as its SQLite rows store it)
+        + [f"(k{i} = 's' and t{i} is not null and {_dup_keys(f't{i}')})" for i, f in enumerate(spec.fields, start=1)
+           if f.type == "json_text"]
+        + [f"(n_keys > n_present and {_dup_keys('text', root=False)})"])
     reason_case = "\n        ".join(f"when {cond} then {reason}" for cond, reason, _ in rules)
     detail_case = "\n        ".join(f"when {cond} then {detail}" for cond, _, detail in rules)
     derived = "".join(f",\n  {expr} as {q(name)}" for name, expr in spec.derived)
@@ -217,9 +221,12 @@ from loaded
     return ClassifySql(sql=sql, params=used, columns=output_columns(spec))
 
 
-def _dup_keys(v: str) -> str:
-    """True when some object nested anywhere in JSON ``v`` repeats a key."""
-    return f"list_bool_or(list_transform(json_keys({v}, '$..*'), lambda ks: len(ks) > len(list_distinct(ks))))"
+def _dup_keys(v: str, root: bool = True) -> str:
+    """True when an object anywhere in JSON ``v`` repeats a key: ``v`` itself (unless ``root`` is
+    False: a line's own keys are counted apart) and every value nested in it (``$..*`` matches
+    the descendants only: ``{"b": 1, "b": 2}`` as a field's value was loaded, its first ``b`` kept)."""
+    nested = f"list_bool_or(list_transform(json_keys({v}, '$..*'), lambda ks: len(ks) > len(list_distinct(ks))))"
+    return f"(len(json_keys({v})) > len(list_distinct(json_keys({v}))) or {nested})" if root else nested
 
 
 def _kind_expr(v: str) -> str:

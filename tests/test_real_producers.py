@@ -218,6 +218,43 @@ def test_impossible_instants_and_nested_duplicate_keys_are_quarantined(settings)
     assert rows(con, "select timestamp_fold from staging.signals") == [("epoch",)]
 
 
+
+def test_a_key_repeated_in_a_fields_own_object_or_in_a_string_held_document_is_quarantined(settings):
+    # ``$..*`` reaches a value's descendants, not the value: {"arm_id": "a", "arm_id": "b"} as
+    # the strategy was loaded with arm "a" (Python readers of the row see "b"); the eventlog's
+    # data, a JSON document in a string, was not looked into at all
+    import sqlite3
+
+    from dagster_project.synth import EVENTLOG_DDL
+
+    outcome = {"id": "o1", "timestamp": "2026-02-26T10:00:00", "outcome": "accepted",
+               "strategy": {"arm_id": "arm-a", "use_rag": True}}
+    write_lines(settings.raw_dir / "outcomes" / "2026-02-26_outcomes.jsonl", [
+        dumps(outcome),
+        dumps({**outcome, "id": "o2"}).replace('"use_rag": true', '"use_rag": true, "arm_id": "arm-b"'),
+        # the same key at two levels is no repeat
+        dumps({**outcome, "id": "o3", "strategy": {"arm_id": "arm-a", "weights": {"arm_id": "arm-b"}}})])
+    query = {"query_id": "q1", "query": "x", "mode": "hybrid", "results": [{"doc_id": "a.rs", "score": 0.5,
+                                                                           "rank": 1, "event_type": "hit"}]}
+    db = settings.raw_dir / "eventlog" / "patina.db"
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.execute(EVENTLOG_DDL)
+    conn.executemany("insert into eventlog (event_type, timestamp, source_id, source_file, data) values (?,?,?,?,?)", [
+        ("scry.query", "2026-02-26T10:00:00Z", "q1", None, json.dumps(query)),
+        ("scry.query", "2026-02-26T10:01:00Z", "q2", None,
+         json.dumps({**query, "query_id": "q2"}).replace('"mode": "hybrid"', '"mode": "hybrid", "mode": "graph"')),
+        ("scry.query", "2026-02-26T10:02:00Z", "q3", None,
+         json.dumps({**query, "query_id": "q3"}).replace('"doc_id": "a.rs"', '"doc_id": "a.rs", "doc_id": "b.rs"'))])
+    conn.commit()
+    conn.close()
+    con, _ = ingest(settings, sources=["outcomes", "eventlog"])
+    assert rows(con, "select source, line_number, reason from ingest.quarantine order by source, line_number") == [
+        ("eventlog", 2, "duplicate_key"), ("eventlog", 3, "duplicate_key"), ("outcomes", 2, "duplicate_key")]
+    assert rows(con, "select id from staging.outcomes order by id") == [("o1",), ("o3",)]
+    assert rows(con, "select count(*) from staging.eventlog") == [(1,)]
+
+
 # --- hypothesis: writers appending across both transitions of several zones ----------------------
 
 ZONES = {  # zone -> (fall-back, spring-forward) instants in 2026 (UTC)

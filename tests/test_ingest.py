@@ -33,6 +33,7 @@ BAD_CASES = [
     (dumps(interaction(12, user_feedback="meh")).encode(), "bad_value:user_feedback"),
     (dumps(interaction(13, timestamp="yesterday")).encode(), "bad_timestamp:timestamp"),
     (dumps(interaction(14, id=None)).encode(), "bad_type:id"),
+    (dumps(interaction(16, id="")).encode(), "bad_value:id"),  # every such line collapsed into one
     (dumps(interaction(15, tokens_used=10**30)).encode(), "bad_value:tokens_used"),
     (b'{"id": "a\\ud800b", "x": 1}', "invalid_json"),  # lone surrogate escape
 ]

@@ -102,6 +102,9 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
     nested: list[str] = []
     for i, f in enumerate(spec.fields, start=1):
         value, checks = _typed_expr(f, i, params)
+        if f.name in spec.identity and f.type == "string":
+            # an empty id names no record: every line with one collapsed into one under last-wins
+            checks.append((f"t{i} = ''", "'the identity is an empty string: it names no record'"))
         typed.append(f"{value} as t{i}")
         if f.time:
             timed += _time_exprs(f, i, params, spec.time_zone)

@@ -345,6 +345,25 @@ def test_an_unreadable_array_element_is_quarantined_alone(settings):
     check_accounting(con)
 
 
+def test_an_array_element_that_is_not_utf8_is_quarantined_alone_with_its_bytes(settings):
+    """The array was decoded whole first: one element holding a byte that is not UTF-8 made the
+    file ``corrupt_file`` and the valid elements around it were never loaded."""
+    folder = settings.raw_dir / "weighted"
+    folder.mkdir(parents=True)
+    good = {"query": "q1", "response": "r1", "feedback": None, "weight": 3.0, "timestamp": "2026-01-05T10:00:00Z"}
+    bad = json.dumps({**good, "query": "q2-#"}).encode().replace(b"#", b"\xff\xfe")
+    data = (b"\xef\xbb\xbf[" + json.dumps(good).encode() + b",\n" + bad + b",\n"
+            + json.dumps({**good, "query": "q3 \u00e9"}, ensure_ascii=False).encode() + b"]")
+    (folder / "training_queue_old.jsonl").write_bytes(data)
+    con, _ = ingest(settings, sources=["weighted_queue"])
+    got = rows(con, "select line_number, byte_offset, reason, detail, raw_bytes from ingest.quarantine")
+    at = bad.index(b"\xff")
+    assert got == [(2, data.index(bad), "invalid_utf8", f"invalid UTF-8 at byte {at} of the element: invalid start byte",
+                    bad)]
+    assert rows(con, "select query, line_number from raw.weighted_queue order by query") == [
+        ("q1", 1), ("q3 \u00e9", 3)]
+    check_accounting(con)
+
 def test_line_over_the_size_limit_keeps_a_pointer_and_hash(settings):
     from dataclasses import replace
 

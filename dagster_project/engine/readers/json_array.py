@@ -15,7 +15,7 @@ from dagster_project.engine.readers.jsonl import hash_prefix, read_at
 from dagster_project.settings import Settings
 from transforms import arrowcols
 from transforms.jsontext import value_end
-from transforms.lines import LINES_SCHEMA, Rejected
+from transforms.lines import LINES_SCHEMA, Rejected, invalid_utf8
 
 
 def read(view: FileView, fh) -> list[Unit]:
@@ -55,10 +55,21 @@ def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table,
             1, 0, "corrupt_file", f"not a readable JSON array: {exc}",
             data[:65536].decode("utf-8", errors="backslashreplace"), None,
             hashlib.sha256(data).hexdigest(), len(data))], 1
+    # An element holding bytes that are not UTF-8 (decoded as lone surrogates) is quarantined
+    # alone, with its bytes, as a line file's line is: the whole file was corrupt_file.
+    rejected = []
+    for n, offset, text in found:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            rejected.append(invalid_utf8(n, offset, text.encode("utf-8", "surrogateescape"), what="element"))
+    if rejected:
+        bad = {r.line_number for r in rejected}
+        found = [x for x in found if x[0] not in bad]
     table = arrowcols.table({"line_number": arrowcols.ints([x[0] for x in found]),
                              "byte_offset": arrowcols.ints([x[1] for x in found]),
                              "text": arrowcols.strings([x[2] for x in found], pa.large_string())}, LINES_SCHEMA)
-    return table, [], len(found)
+    return table, rejected, len(found) + len(rejected)
 
 
 # what follows an element: white space, then ',' or ']' (matched where the element ends: slicing
@@ -77,8 +88,10 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
     Elements are re-serialised verbatim from their own span of the file, so every element is
     classified by the same engine as a line.
     """
-    text = data.decode("utf-8-sig")
-    bom = len(data) - len(text.encode("utf-8"))
+    # bytes that are not UTF-8 become lone surrogates (``surrogateescape``), each in its element:
+    # ``decode`` quarantines that element alone
+    text = data.decode("utf-8-sig", errors="surrogateescape")
+    bom = len(data) - len(text.encode("utf-8", "surrogateescape"))
     # the elements' texts are taken from the file, not re-serialised: no value is needed, and an
     # integer of more than 4,300 digits (valid JSON) would not convert
     decoder = json.JSONDecoder(parse_int=lambda digits: 0)
@@ -112,7 +125,7 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
                     else f"nested too deep to read, at character {i}"
                 raise ValueError(f"element {n + 1}: {detail}") from None
         n += 1
-        at_byte += len(text[at_char:i].encode("utf-8"))
+        at_byte += len(text[at_char:i].encode("utf-8", "surrogateescape"))
         at_char = i
         yield n, at_byte, text[i:end]
         i = end

@@ -282,6 +282,30 @@ def test_corrupt_json_array_file_is_quarantined_whole(settings):
     check_accounting(con)
 
 
+def test_a_line_file_whose_first_line_is_an_array_is_read_as_lines(settings):
+    """Its first byte made it the older array format: "content after the closing ']'", the file
+    was ``corrupt_file`` and its good lines never loaded, then or after any append."""
+    folder = settings.raw_dir / "weighted"
+    folder.mkdir(parents=True)
+    good = {"query": "q1", "response": "r1", "feedback": None, "weight": 3.0, "timestamp": "2026-01-05T10:00:00Z"}
+    (folder / "training_queue_stray.jsonl").write_text(
+        '["stray"]\n' + json.dumps(good) + "\n" + json.dumps({**good, "query": "q2"}) + "\n")
+    # still arrays: one line, and an array whose first line does not close it
+    (folder / "training_queue_one.jsonl").write_text("[" + json.dumps({**good, "query": "q3"}) + "]\n")
+    (folder / "training_queue_many.jsonl").write_text(
+        "[" + json.dumps({**good, "query": "q4"}) + ",\n" + json.dumps({**good, "query": "q5"}) + "\n]\n")
+    con, _ = ingest(settings, sources=["weighted_queue"])
+    assert rows(con, "select path, line_number, reason from ingest.quarantine") == [
+        ("weighted/training_queue_stray.jsonl", 1, "not_an_object")]
+    assert rows(con, "select query, path from raw.weighted_queue order by query") == [
+        ("q1", "weighted/training_queue_stray.jsonl"), ("q2", "weighted/training_queue_stray.jsonl"),
+        ("q3", "weighted/training_queue_one.jsonl"), ("q4", "weighted/training_queue_many.jsonl"),
+        ("q5", "weighted/training_queue_many.jsonl")]
+    assert rows(con, "select path, format from ingest.files order by path") == [
+        ("weighted/training_queue_many.jsonl", "json_array"), ("weighted/training_queue_one.jsonl", "json_array"),
+        ("weighted/training_queue_stray.jsonl", "jsonl")]
+    check_accounting(con)
+
 def test_each_array_element_is_found_at_its_byte_offset():
     """An element's offset is counted in bytes (a BOM, multi-byte characters and any white space
     before it), advanced element by element (measuring the whole prefix each time made a large

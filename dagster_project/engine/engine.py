@@ -231,11 +231,11 @@ class Ingestor:
             if real.suffix in SQLITE_SUFFIXES and self.spec.sqlite is not None:
                 units = sqlite.read(view, self.spec.sqlite, lambda ranges: self._sqlite_keys(path, ranges))
             elif self.spec.format == "jsonl" and jsonl.unchanged(view):
-                units = []  # a jsonl_or_array file is always opened: its first byte picks the reader
+                units = []  # a jsonl_or_array file is always opened: its head picks the reader
             else:
                 with open_file(real) as fh:
                     if self.spec.format == "jsonl_or_array" \
-                            and json_array.first_byte(os.pread(fh.fileno(), 4096, 0)) == b"[":
+                            and json_array.is_array(os.pread(fh.fileno(), 4096, 0)):
                         units = json_array.read(view, fh)
                     else:
                         units = jsonl.read(view, fh)

@@ -77,9 +77,23 @@ def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table,
 _NEXT = re.compile(r"[ \t\r\n]*[,\]]")
 
 
-def first_byte(head: bytes) -> bytes:
-    """The first byte of a file's first 4 KiB ``head`` that is not white space or a BOM."""
-    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+def is_array(head: bytes) -> bool:
+    """A file of a source in either format whose first 4 KiB are ``head`` is the older JSON array
+    format: its first byte that is not white space or a BOM is ``[``, and its first line is not
+    a whole JSON value followed by more lines. A line file whose first line is an array (a stray
+    ``["x"]``) was read as one array, "content after the closing ']'": the file was
+    ``corrupt_file`` and its lines never loaded; they are lines, that one ``not_an_object``."""
+    body = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if body[:1] != b"[":
+        return False
+    newline = body.find(b"\n")
+    if newline < 0 or not body[newline + 1:].strip():
+        return True  # one line (so far, or longer than the head)
+    try:
+        json.loads(body[:newline])
+    except ValueError:  # (UnicodeDecodeError too) the array goes on past its first line
+        return True
+    return False
 
 
 def elements(data: bytes) -> Iterator[tuple[int, int, str]]:

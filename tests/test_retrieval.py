@@ -125,6 +125,20 @@ def test_scenario_rank_mode_utility_missed_usage():
         ("src/lib.rs",), ("src/util.rs",), ("src/lib.rs",)]
 
 
+def test_a_rank_that_is_not_an_integer_is_not_rounded():
+    # try_cast('1.5' as bigint) is 2: a result logged at rank 1.5 counted as rank 2
+    ev = EventLake()
+    ev.query("q1", "2026-01-06T09:00:00Z", None, [
+        {"doc_id": "a.rs", "score": 0.5, "rank": 1.5, "event_type": "x"},
+        {"doc_id": "b.rs", "score": 0.4, "rank": 2.0, "event_type": "x"},
+        {"doc_id": "c.rs", "score": 0.3, "rank": "7", "event_type": "x"}])
+    ev.use("q1", "a.rs", 1.5, "2026-01-06T09:01:00Z")
+    ev.use("q1", "b.rs", 2, "2026-01-06T09:02:00Z")
+    ev.build()
+    assert ev.rows("select doc_id, rank from staging.scry_results order by result_index") == [
+        ("a.rs", 1), ("b.rs", 2), ("c.rs", 7)]  # not an integer: its position
+    assert ev.rows("select used_doc_path, rank from staging.scry_use order by used_at") == [("a.rs", None), ("b.rs", 2)]
+
 def test_feedback_report_says_how_many_ranks_it_leaves_out():
     con = scenario().con
     assert "more ranks" not in feedback_report(con)

@@ -3,7 +3,7 @@
 -- 'other' (empty, a URI-like 'scheme:...' id, a bare commit sha, a code fact without a path),
 -- else 'path'. doc_path (paths only) is the repository path the result names: leading './'
 -- removed, a code-fact suffix ('::fn:main') removed, e.g. './src/x.rs::fn:main' -> 'src/x.rs'.
--- rank is the logged rank (1-based), else the result's position in the list.
+-- rank is the logged rank (1-based) when it is an integer, else the result's position in the list.
 with results as (
     select
         coalesce(e.data ->> 'query_id', e.source_id) as query_id,
@@ -18,7 +18,11 @@ fields as (
     select
         query_id,
         result_index::bigint as result_index,
-        coalesce(try_cast(result ->> 'rank' as bigint), result_index)::bigint as rank,
+        -- an integral rank only (a cast alone rounds 1.5 to 2), else the position
+        coalesce(
+            case when regexp_full_match(result ->> 'rank', '-?[0-9]+(\.0*)?') then try_cast(result ->> 'rank' as bigint) end,
+            result_index
+        )::bigint as rank,
         try_cast(result ->> 'score' as double) as score,
         result ->> 'doc_id' as doc_id,
         trim(result ->> 'doc_id') as d,

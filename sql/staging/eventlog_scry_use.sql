@@ -8,7 +8,8 @@ select
         when regexp_matches(trim(e.data ->> 'result_used'), '^[A-Za-z][A-Za-z0-9+.-]*:[^:]') then null
         else nullif(regexp_replace(split_part(trim(e.data ->> 'result_used'), '::', 1), '^(\./)+', ''), '')
     end as used_doc_path,
-    try_cast(e.data ->> 'rank' as bigint) as rank,
+    -- an integral rank only: a cast alone rounds 1.5 to 2
+    case when regexp_full_match(e.data ->> 'rank', '-?[0-9]+(\.0*)?') then try_cast(e.data ->> 'rank' as bigint) end as rank,
     case
         when regexp_matches(trim(e.data ->> 'session_id'), '^\d{8}-\d{6}(-[A-Za-z][A-Za-z0-9_]*)?$')
             then left(trim(e.data ->> 'session_id'), 15)

@@ -262,6 +262,16 @@ def _num(x: float) -> str:
 # Message (TRL conversational) checks and split hygiene
 # ---------------------------------------------------------------------------------------------
 
+# The TUI writes a rating with ``"query": ""`` when the rated turn has no text before it: one
+# such row is no training example, and many are the producer's habit, not a broken pipeline, so
+# no share of them fails the run. First in the suite: the prompt check that they fail too judges
+# its threshold on the rows it excludes itself (``validation.apply_drops``).
+RATED_TURN_PROMPT = holds(
+    "prompt of a TUI rating is not empty", "prompt__rated_turn",
+    "origin <> 'weighted_rating' or (len(prompt) > 0 and fwq_nonblank(prompt[-1].content))",
+    needs=("origin", "prompt"), sample_exprs=(("completion_last", "completion[-1].content"),)).dropping(mostly=0.0)
+
+
 def conversation(column: str, *, last_role: str, roles: tuple[str, ...]) -> list[Check]:
     """``column`` is a ``list<struct<role, content>>`` ending with a non-blank ``last_role`` turn."""
     listed = ", ".join(f"'{r}'" for r in roles)
@@ -464,6 +474,7 @@ EXPORTS: dict[str, list[Check]] = {
         column_types(prompt=MESSAGE_TYPE, completion=MESSAGE_TYPE, label="BOOLEAN", sample_weight="DOUBLE",
                      split="VARCHAR"),
         NO_RAW_IDS,
+        RATED_TURN_PROMPT,
         *conversation("prompt", last_role="user", roles=("system", "user", "assistant")),
         *conversation("completion", last_role="assistant", roles=("assistant",)),
         not_null("label"), in_set("label", (True, False)),
@@ -493,6 +504,7 @@ EXPORTS: dict[str, list[Check]] = {
         column_types(prompt=MESSAGE_TYPE, completion=MESSAGE_TYPE, weight="DOUBLE", label="BOOLEAN",
                      split="VARCHAR"),
         NO_RAW_IDS,
+        RATED_TURN_PROMPT,
         *conversation("prompt", last_role="user", roles=("system", "user", "assistant")),
         *conversation("completion", last_role="assistant", roles=("assistant",)),
         not_null("weight"), positive("weight"),

@@ -1291,7 +1291,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
     when there are any, one transaction deletes the rows and writes their ledger rows, which
     replace any earlier ones of the same run (a re-materialised asset never double-counts). A check whose offenders
     are more than ``1 - mostly`` of the rows (and more than one row: one odd record never stops a
-    run) is systemic: its rows are kept, so its GX result fails and names it.
+    run) is systemic: its rows are kept, so its GX result fails and names it. A check counts the
+    offenders no earlier check drops (``_own_offenders``): a row is excluded by the first it fails.
 
     ``scope``: a SQL predicate over the table's columns (alias ``base``) limiting which rows are
     checked; the caller guarantees no row outside it fails (incremental staging). The ledger of
@@ -1331,6 +1332,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
     candidates = report.candidates
     if not any(found[1:]):
         return report
+    offenders = _own_offenders(con, drops, list(found[2:]), predicates, candidates,
+                               f"(select {values} from {quoted} as base{f' where {scope}' if scope else ''})")
     # each check's offending rows, with what the ledger records of them
     key_sql = _row_key_sql(table, suite, columns)
     path_col, line_col = next(((p, l) for p, l in PROVENANCE_PAIRS if p in columns and l in columns),
@@ -1353,10 +1356,10 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
         con.execute("delete from ingest.excluded where run_id = ? and table_name = ?", [run_id, table])
         con.execute("create or replace temp table _fw_drop (__rid bigint, __order int, expectation varchar, "
                     "detail varchar, __key varchar, __path varchar, __line bigint)")
-        for (check, sql), offending in zip(selects, found[2:]):
+        for (check, sql), offending in zip(selects, offenders):
             if not offending:
                 continue
-            if offending > 1 and offending > (1 - check.mostly) * candidates:
+            if _systemic(check, offending, candidates):
                 report.systemic[check.name] = {"offending": offending, "of": candidates,
                                                "threshold": round(1 - check.mostly, 6)}
                 continue
@@ -1373,6 +1376,31 @@ def apply_drops(con: duckdb.DuckDBPyConnection, table: str, *, run_id: str, now:
             "group by all order by all", [run_id, table]).fetchall())
         con.execute("drop table _fw_drop")
     return report
+
+
+def _systemic(check: Check, offending: int, candidates: int) -> bool:
+    """More rows offend than the check's threshold allows, and more than one."""
+    return offending > 1 and offending > (1 - check.mostly) * candidates
+
+
+def _own_offenders(con: duckdb.DuckDBPyConnection, drops: list[Check], counts: list[int], predicates: list[str],
+                   candidates: int, rows: str) -> list[int]:
+    """Each drop check's offenders that no earlier check (in suite order) drops: the rows it
+    would exclude itself, by which it is judged systemic or not. A row failing several checks is
+    excluded by the first; counted by every check it failed, the TUI's ratings with an empty
+    prompt (a known producer habit, excluded by a check with no threshold) also made the
+    prompt check systemic once they were over 5% of a small weighted set, and every run failed.
+    ``counts``: each check's offenders among ``rows`` (every one); counted again, only over
+    ``rows``, when an earlier check drops some."""
+    own, dropping = list(counts), []
+    for order, check in enumerate(drops):
+        if own[order] and dropping:
+            earlier = " or ".join(predicates[d] for d in dropping)
+            own[order] = int(con.execute(f"select count(*) from {rows} where {predicates[order]} "
+                                         f"and not coalesce({earlier}, false)").fetchone()[0])
+        if own[order] and not _systemic(check, own[order], candidates):
+            dropping.append(order)
+    return own
 
 
 def _row_key_sql(table: str, suite: list[Check], columns) -> str:

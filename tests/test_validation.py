@@ -292,7 +292,8 @@ def test_every_expectation_has_an_explicit_action_and_drops_only_rows():
             if c.action == "drop":
                 # staging's future-dated versions have no threshold (a producer's clock: every run
                 # would fail until their date); every other drop fails the run beyond 5%
-                no_threshold = table.startswith("staging.") and c.kind == "not_future"
+                no_threshold = (table.startswith("staging.") and c.kind == "not_future") \
+                    or c.name == "prompt of a TUI rating is not empty"
                 assert c.kind in DROPPABLE_KINDS and c.mostly == (0.0 if no_threshold else 0.95), (table, c.name)
     for table in ("exports.sft", "exports.kto", "exports.dpo", "exports.weighted"):
         assert actions[(table, "prompt is a non-empty conversation")] == "drop"
@@ -373,6 +374,45 @@ def test_drop_beyond_its_threshold_keeps_the_rows_and_fails_naming_the_expectati
     with pytest.raises(ValidationFailed, match="prompt is a non-empty conversation.*systemic"):
         enforce(report)
 
+
+def test_tui_ratings_with_an_empty_prompt_are_dropped_whatever_their_share_and_not_counted_again(lake):
+    """The TUI writes ``"query": ""`` when the rated turn has no text before it. Counted by the
+    prompt check too, such ratings over 5% of a small weighted set made it systemic: the run
+    failed, and every run after it. They are dropped by a check of their own with no threshold,
+    and another check is judged on the rows it excludes itself."""
+    from dagster_project.validation import apply_drops
+
+    checks = SUITES["exports.weighted"]
+    con = lake.con.cursor()
+    n = 24  # a small weighted set: three ratings are over 5% of it
+    rows = ("select [{'role': 'user', 'content': 'q' || i}] as prompt, [{'role': 'assistant', 'content': 'a' || i}] "
+            "as completion, 1.0 as weight, null as note, true as label, 'train' as split, 'weighted_queue' as origin, "
+            "format('h{:03d}', i) as content_hash, 'weighted/training_queue.jsonl' as path, i + 1 as line_number, "
+            f"i * 100 as byte_offset, timestamptz '2026-01-05 10:00:00+00' as example_timestamp from range({n}) t(i)")
+    con.execute("create or replace table main.weighted_tui as select * from exports.weighted limit 0")
+    con.execute(f"insert into weighted_tui by name ({rows})")
+    hashes = ["h000", "h001", "h002", "h003"]
+    tui, queue = hashes[:3], hashes[3]
+    con.execute("update weighted_tui set origin = 'weighted_rating', prompt = [{'role': 'user', 'content': ''}] "
+                "where content_hash in (select unnest(?::varchar[]))", [tui])
+    # a queue row with a blank prompt is still one odd record of the prompt check
+    con.execute("update weighted_tui set origin = 'weighted_queue', prompt = [{'role': 'user', 'content': ' '}] "
+                "where content_hash = ?", [queue])
+    drops = apply_drops(con, "main.weighted_tui", run_id="r", now=NOW, checks=checks)
+    assert not drops.systemic and drops.excluded == {
+        "prompt of a TUI rating is not empty": 3, "prompt is a non-empty conversation": 1}
+    assert sorted(k for (k,) in con.execute("select row_key from ingest.excluded where table_name = "
+                                             "'main.weighted_tui' and expectation like 'prompt of a TUI%'").fetchall()) \
+        == tui
+    report = validate_table(con, "main.weighted_tui", run_id="r", now=NOW, checks=checks)
+    assert report.success, report.describe()
+    # two queue rows with blank prompts are still too many for a set this small
+    con.execute("create or replace table main.weighted_two as select * from exports.weighted limit 0")
+    con.execute(f"insert into weighted_two by name ({rows})")
+    con.execute("update weighted_two set origin = 'weighted_queue', prompt = [{'role': 'user', 'content': ''}] "
+                "where content_hash in (select unnest(?::varchar[]))", [hashes[:2]])
+    drops = apply_drops(con, "main.weighted_two", run_id="r", now=NOW, checks=checks)
+    assert list(drops.systemic) == ["prompt is a non-empty conversation"] and drops.total == 0
 
 def test_an_older_validations_table_is_brought_to_todays_columns_keeping_its_rows():
     """An early version's ``ingest.validations`` had a ``kind`` column and another order: every

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
@@ -15,6 +16,8 @@ from dagster_project.settings import Settings, SettingsError
 from dagster_project.sources import load_sources
 from dagster_project.state import WRITER_TAGS, is_shared, shared_state, state_connection
 from transforms.spec import SourceSpec
+
+_MISSING_TABLE = re.compile(r"Table with name (\S+) does not exist")
 
 
 def planned_steps(instance: dg.DagsterInstance, run: dg.DagsterRun) -> set[str]:
@@ -155,6 +158,17 @@ class FlywheelResource(dg.ConfigurableResource):
 
     @contextmanager
     def state(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The writer's state database, under the single-writer lock."""
+        """The writer's state database, under the single-writer lock. A table missing from it
+        fails the step in words that say what to do: `dg launch --assets staging/interactions`
+        on a new state said only DuckDB's "Table with name feedback does not exist!"."""
         with state_connection(self.settings()) as con:
-            yield con
+            try:
+                yield con
+            except duckdb.CatalogException as exc:
+                missing = _MISSING_TABLE.search(str(exc))
+                if missing is None:
+                    raise
+                raise dg.Failure(
+                    description=f"table {missing.group(1)} is not in the state database yet: an asset this one reads "
+                    "has not been materialised; materialise its upstream assets first, or the whole flywheel_job "
+                    "(`flywheel run`), which builds every asset in order", allow_retries=False) from exc

@@ -233,6 +233,18 @@ def test_bad_settings_fail_an_asset_with_one_clean_message(lake, monkeypatch):
     assert not lake.state_dir.exists()
 
 
+def test_an_asset_launched_before_what_it_reads_fails_saying_what_to_materialise(lake):
+    # `dg launch --assets staging/interactions` on a new state: DuckDB's "Catalog Error: Table
+    # with name ... does not exist!" was the step's and the run's whole error
+    defs, keys = ingest_and_staging_assets()
+    asset = next(a for a in defs.assets if dg.AssetKey(["staging", "interactions"]) in a.keys)
+    result = dg.materialize([asset], resources={"flywheel": resource_for(lake)}, raise_on_error=False)
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    description = failure.step_failure_data.user_failure_data.description
+    assert description.startswith("table ") and description.endswith(
+        "is not in the state database yet: an asset this one reads has not been materialised; materialise its "
+        "upstream assets first, or the whole flywheel_job (`flywheel run`), which builds every asset in order")
+
 def test_a_bad_setting_is_named_once_in_the_runs_error_line(lake, monkeypatch):
     """Every ingest step fails alike on a bad setting: the run's error (ingest.runs.error, what
     status prints) said it once per step, nine times over."""

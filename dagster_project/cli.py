@@ -244,7 +244,31 @@ def _alike_folded(events) -> list[tuple]:
     return [(source, paths[0], event, detail, len(paths) - 1) for (source, event, detail), paths in groups.items()]
 
 
+def _print_runs(runs: list[dict], run_id: str | None) -> None:
+    """The last five runs, and each failed one's error."""
+    if not runs:
+        return
+    rt = Table(title="Recent runs")
+    for col in ("run", "mode", "status", "started", "lines", "loaded", "quarantined", "snapshot"):
+        rt.add_column(col)
+    for r in runs[:5]:
+        rt.add_row(r["run_id"][:8] + ("*" if r["run_id"] == run_id else ""), r["mode"],
+                   f"[red]{r['status']}[/]" if r["status"] == "failed" else r["status"],
+                   str(r["started_at"] or "")[:19].replace("T", " "), f"{r['lines_read'] or 0:,}",
+                   f"{r['rows_loaded'] or 0:,}", f"{r['rows_quarantined'] or 0:,}", r["snapshot_status"] or "")
+    out.print(rt)
+    for r in runs[:5]:
+        if r["status"] == "failed" and r["error"]:
+            out.print(f"[red]run {r['run_id'][:8]} failed:[/] {escape(r['error'].splitlines()[0])}",
+                      highlight=False, soft_wrap=True)
+
+
 def _print_status(settings: Settings, run_id: str | None = None) -> None:
+    if not settings.warehouse.exists():
+        # runs that failed before any publish: their errors are what a first-time user needs
+        # (a Dagster-only operator whose first launches failed saw only "run `flywheel run` first")
+        _print_runs(recent_runs(settings) or [], run_id)
+        _print_writer(settings)
     con = _reader(settings)
     try:
         table = Table(title=escape(f"Sources ({settings.warehouse})"))
@@ -269,20 +293,7 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
             dict(zip(RUN_FIELDS, row)) for row in con.execute(
                 "select run_id, mode, status, started_at::varchar, finished_at::varchar, lines_read, rows_loaded, "
                 "rows_quarantined, null, error from ingest.runs order by started_at desc limit 5").fetchall()]
-        if runs:
-            rt = Table(title="Recent runs")
-            for col in ("run", "mode", "status", "started", "lines", "loaded", "quarantined", "snapshot"):
-                rt.add_column(col)
-            for r in runs[:5]:
-                rt.add_row(r["run_id"][:8] + ("*" if r["run_id"] == run_id else ""), r["mode"],
-                           f"[red]{r['status']}[/]" if r["status"] == "failed" else r["status"],
-                           str(r["started_at"] or "")[:19].replace("T", " "), f"{r['lines_read'] or 0:,}",
-                           f"{r['rows_loaded'] or 0:,}", f"{r['rows_quarantined'] or 0:,}", r["snapshot_status"] or "")
-            out.print(rt)
-            for r in runs[:5]:
-                if r["status"] == "failed" and r["error"]:
-                    out.print(f"[red]run {r['run_id'][:8]} failed:[/] {escape(r['error'].splitlines()[0])}",
-                              highlight=False, soft_wrap=True)
+        _print_runs(runs, run_id)
         _print_writer(settings)
         if published:
             _print_excluded(con, settings, run_id or published[0])

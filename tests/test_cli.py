@@ -393,6 +393,17 @@ def test_status_lists_runs_that_published_nothing_failed_ones_with_their_error(e
     assert " failed: " in error and "prompt is a non-empty conversation" in error
 
 
+def test_status_before_any_publish_lists_the_runs_that_failed(env):
+    # a first run (or a Dagster-only operator's first launches) that failed: status said only
+    # "No warehouse ...: run `flywheel run` first", their errors in recent_runs.json unread
+    write_lines(env.raw_dir / "interactions" / "interactions_2026-02-28_00000000.jsonl",
+                [dumps(interaction(100 + i, input_text="", user_feedback="positive")) for i in range(5)])
+    assert invoke("run", "--quiet").exit_code == 1
+    status = invoke("status")
+    assert status.exit_code == 1 and "No warehouse at" in status.output, status.output
+    [error] = [line for line in status.output.splitlines() if line.startswith("run ") and " failed: " in line]
+    assert " failed: " in error and "prompt is a non-empty conversation" in error
+
 def test_status_names_a_writer_at_work_and_one_killed_while_it_held_the_lake(env):
     """A run killed by `kill -9` never ends, so it is in neither of status' tables until the next
     run fails it: status said nothing at all. The writer lock's file says who took it, and a

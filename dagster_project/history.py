@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import dagster as dg
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
@@ -89,9 +90,29 @@ IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.Dag
 
 
 def holder() -> str:
+    """This process: ``host:pid@start`` (``process_start``; ``host:pid`` where unknown)."""
     import socket
 
-    return f"{socket.gethostname()}:{os.getpid()}"
+    start = process_start(os.getpid())
+    return f"{socket.gethostname()}:{os.getpid()}" + (f"@{start}" if start else "")
+
+
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux: ``/proc/<pid>/stat``, field
+    22); None when unknown. A pid alone names whichever process holds it now: a container's or a
+    rebooted machine's processes take the same small pids again, and a dead run taken for alive
+    held the one-run limit, queueing every scheduled and sensor run behind it for good."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) ": field 3 on (comm may hold anything)
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def shown(process: str) -> str:
+    """``host:pid`` of a ``holder``, for messages."""
+    return process.partition("@")[0]
 
 
 def holder_tags(run_id: str) -> dict[str, str]:
@@ -110,9 +131,12 @@ def dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[
 
 
 def process_gone(process: str) -> bool:
-    """``host:pid`` (``holder``) names a process of this host that no longer exists. Another
-    host's, or a malformed name, is never taken as gone."""
-    host, _, pid = process.rpartition(":")
+    """``host:pid@start`` (``holder``) names a process of this host that no longer exists: no
+    process has the pid, or the one that has it started at another time (the pid was reused).
+    Another host's, or a malformed name, is never taken as gone; without a start (a tag written
+    before it was noted, or no ``/proc``) the pid alone decides."""
+    host, _, named = process.rpartition(":")
+    pid, _, start = named.partition("@")
     if host != holder().rpartition(":")[0] or not pid.isdigit():
         return False
     try:
@@ -120,10 +144,11 @@ def process_gone(process: str) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:  # alive, another user's
-        return False
-    return False
+        pass
+    now = process_start(int(pid)) if start else None
+    return now is not None and now != start
 
 
 def report_dead(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> None:
     for run in runs:
-        instance.report_run_failed(run, f"its process ({run.tags[HOLDER_TAG]}) is gone: killed while it ran")
+        instance.report_run_failed(run, f"its process ({shown(run.tags[HOLDER_TAG])}) is gone: killed while it ran")

@@ -18,7 +18,7 @@ import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, holder_tags, process_gone, prune_runs,
+from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, holder_tags, process_gone, prune_runs, shown,
                                      report_dead)
 from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
@@ -476,7 +476,7 @@ def sweep_dead_runs(dagster: dg.DagsterInstance, settings: Settings, exclude: st
     dead = dead_runs(dagster, exclude)
     report_dead(dagster, dead)
     for run in dead:
-        mark_failed(settings, run.run_id, f"killed while it ran (its process {run.tags[HOLDER_TAG]} is gone)",
+        mark_failed(settings, run.run_id, f"killed while it ran (its process {shown(run.tags[HOLDER_TAG])} is gone)",
                     mode=run.tags.get("flywheel/mode", "incremental"), wait_seconds=wait_seconds)
     return dead
 
@@ -580,10 +580,10 @@ def record_pending_failures(con, settings: Settings) -> None:
             continue
         path.unlink()
     for run_id, mode, process in dead_rows(con):
-        _record_failed(con, settings, run_id, mode, f"killed while it ran (its process {process} is gone)")
+        _record_failed(con, settings, run_id, mode, f"killed while it ran (its process {shown(process)} is gone)")
 
 
-# Private: the process of each `flywheel run` (host:pid), noted with its ``ingest.runs`` row. That
+# Private: the process of each `flywheel run` (host:pid@start: ``history.holder``), noted with its ``ingest.runs`` row. That
 # row is written before the run's Dagster record, which the dead-runs sweep goes by (tagged with
 # the process): a run killed in between (~1 s: the Dagster instance loading) stayed "running" in
 # ingest.runs, `flywheel status` and the published run log for good.

@@ -173,7 +173,7 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
         assert "is gone: killed while it ran" in failure.dagster_event.message
     con = duckdb.connect(str(settings.state_db), read_only=True)
     assert con.execute("select status, error from ingest.runs where run_id = ?", [dead.run_id]).fetchone() == (
-        "failed", f"killed while it ran (its process {dead.tags[history.HOLDER_TAG]} is gone)")
+        "failed", f"killed while it ran (its process {history.shown(dead.tags[history.HOLDER_TAG])} is gone)")
     con.close()
 
 
@@ -331,13 +331,16 @@ def test_the_runs_whose_writer_process_is_gone_are_failed_by_a_run_dagster_launc
     here = history.holder().rpartition(":")[0]
     killed, alive, copied = ("00000000-0000-4000-8000-0000000000de", "00000000-0000-4000-8000-00000000a11e",
                              "00000000-0000-4000-8000-00000000c0de")
+    # its pid now another process's (a container or machine restarted): it started at another time
+    reused, started = "00000000-0000-4000-8000-0000000000ed", history.process_start(os.getpid())
     resource = FlywheelResource(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
                                 export_dir=str(settings.export_dir))
     defs = load_definitions()
     with dg.DagsterInstance.from_config(str(home)) as dagster:
         assert dg.materialize(list(defs.assets), instance=dagster, selection=["ingest/interactions"],
                               resources={"flywheel": resource}).success  # the state exists
-        for run_id, pid, tagged in ((killed, gone.pid, killed), (alive, os.getpid(), alive), (copied, gone.pid, killed)):
+        for run_id, pid, tagged in ((killed, gone.pid, killed), (alive, f"{os.getpid()}@{started}", alive),
+                                    (copied, gone.pid, killed), (reused, f"{os.getpid()}@{int(started) - 1}", reused)):
             dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=run_id, status=dg.DagsterRunStatus.STARTED,
                                        tags={**WRITER_TAGS, history.HOLDER_TAG: f"{here}:{pid}",
                                              history.HOLDER_RUN_TAG: tagged}))
@@ -347,9 +350,10 @@ def test_the_runs_whose_writer_process_is_gone_are_failed_by_a_run_dagster_launc
         else:
             sensor = defs.resolve_sensor_def("flywheel_dead_runs")
             with dg.build_sensor_context(instance=dagster, resources={"flywheel": resource}) as context:
-                assert "failed 1 run(s) whose process is gone" in sensor(context).skip_message
-        assert [dagster.get_run_by_id(r).status for r in (killed, alive, copied)] == [
-            dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTED]
+                assert "failed 2 run(s) whose process is gone" in sensor(context).skip_message
+        assert [dagster.get_run_by_id(r).status for r in (killed, alive, copied, reused)] == [
+            dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTED,
+            dg.DagsterRunStatus.FAILURE]
     if by == "the sensor":
         con = duckdb.connect(str(settings.state_db), read_only=True)
         assert con.execute("select status from ingest.runs where run_id = ?", [killed]).fetchone() == ("failed",)

@@ -16,6 +16,7 @@ from dagster_project.definitions import load_definitions
 from dagster_project.engine.discovery import listing
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import load_sources
+from dagster_project.state import WRITER_TAGS
 
 
 @pytest.fixture
@@ -163,6 +164,36 @@ def test_sensor_requests_runs_only_when_files_appear_grow_or_vanish(lake):
     keys = [t.run_requests[0].run_key for t in (first, grown, gone, back, again)]
     assert len(set(keys)) == 5 and json.loads(again.cursor)["sources"] == json.loads(gone.cursor)["sources"]
 
+
+def test_a_sensor_or_schedule_run_that_crashed_is_retried_once_and_one_that_failed_a_step_is_not(lake, tmp_path):
+    """The sensor's cursor moves on when it requests a run: a sensor run whose worker was killed
+    left its files unpublished until a producer wrote again. The daemon retries such a run once
+    (Dagster's own decision, on an instance with the project's dagster.yaml); not a run that
+    failed in a step, nor a `flywheel run`."""
+    import shutil
+
+    from dagster._core.events import RunFailureReason
+    from dagster._core.execution.retries import auto_reexecution_should_retry_run
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from dagster_project.pipeline import INSTANCE_CONFIG
+
+    request = _tick(None, {"flywheel": resource_for(lake)}).run_requests[0]
+    schedule = load_definitions().resolve_schedule_def("flywheel_daily")
+    shutil.copy(INSTANCE_CONFIG, tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_retries_enabled  # else the daemon does not look (the decision below is its)
+
+        def retried(tags, reason):
+            run = instance.add_run(DagsterRun(job_name="flywheel_job", status=dg.DagsterRunStatus.FAILURE,
+                                              tags={**WRITER_TAGS, **tags}))
+            return auto_reexecution_should_retry_run(instance, run, reason)
+
+        for tags in (request.tags, schedule.tags):
+            assert retried(tags, RunFailureReason.RUN_WORKER_RESTART)
+            assert retried(tags, RunFailureReason.UNKNOWN)  # failed by the dead-runs sweep
+            assert not retried(tags, RunFailureReason.STEP_FAILURE)
+        assert not retried({"flywheel/launched_by": "cli"}, RunFailureReason.UNEXPECTED_TERMINATION)
 
 def test_sensor_sees_a_commit_to_a_session_store_in_wal_mode(lake):
     """SQLite in WAL mode commits into the -wal file and leaves the store's size and mtime as they

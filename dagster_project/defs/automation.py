@@ -25,11 +25,21 @@ flywheel_job = dg.define_asset_job(
     executor_def=threaded_executor,
 )
 
+# A run the schedule or the sensor starts that crashes (its worker killed, the machine or the
+# container restarted: Dagster fails it, or the dead-runs sensor does) is retried once, whole, by
+# the daemon (``run_retries`` in .dagster_home/dagster.yaml): the sensor's cursor has moved past
+# the files it was started for, so they waited until a producer wrote again. A run that failed in
+# a step (a blocking check, a bad setting) is not: the same run would fail the same way. Not on
+# the job: a `flywheel run` that failed is the user's to run again.
+RETRY_TAGS = {"dagster/max_retries": "1", "dagster/retry_on_asset_or_op_failure": "false",
+              "dagster/retry_strategy": "ALL_STEPS"}
+
 daily_schedule = dg.ScheduleDefinition(
     name="flywheel_daily",
     job=flywheel_job,
     cron_schedule="0 3 * * *",
     execution_timezone="UTC",
+    tags=RETRY_TAGS,
     description="The whole pipeline every day at 03:00 UTC (picks up anything the sensor missed).",
     # off until turned on (UI, `dg`): a daemon (`make ui`) would otherwise run the sample lake as
     # of today, and retention would erase its ratings, older than 180 days, from the lake for good
@@ -114,7 +124,7 @@ def new_files_sensor(context: dg.SensorEvaluationContext, flywheel: FlywheelReso
     cursor = json.dumps({"requests": requests + 1, "sources": current}, sort_keys=True)
     context.update_cursor(cursor)
     return dg.RunRequest(run_key=f"{requests + 1}-{hashlib.sha256(cursor.encode()).hexdigest()[:16]}",
-                         tags={"flywheel/changed_sources": ",".join(changed)})
+                         tags={"flywheel/changed_sources": ",".join(changed), **RETRY_TAGS})
 
 
 @dg.run_failure_sensor(

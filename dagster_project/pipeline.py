@@ -541,28 +541,33 @@ def _record_failed(con, settings: Settings, run_id: str, mode: str, error: str) 
     from dagster_project.state import record_run
 
     record_run(con, run_id, mode=mode, status="failed", error=error)
-    _unpublished(con, settings, run_id)
+    if kept := _unpublished(con, settings, run_id):
+        # killed after its commit (while it ended): "failed" alone read as "nothing published"
+        con.execute("update ingest.runs set error = ? where run_id = ?",
+                    [f"{error}; its snapshot {kept} had been published whole and stays", run_id])
 
 
-def _unpublished(con, settings: Settings, run_id: str) -> None:
+def _unpublished(con, settings: Settings, run_id: str) -> str | None:
     """A run killed while it published recorded its snapshot as published before writing it (the
     run log it publishes says so): the row named a snapshot the next run removed as a leftover.
     Committed, it is the current snapshot or, once a later run published, an older one still
     kept (names only grow: a snapshot never committed is newer than the current one, and is gone
     once a later run published); else the run published nothing. With no ``current`` (the lake's
     first publish, or the link removed) a snapshot with its manifest cannot be told from one that
-    was committed: it stays "published" (it is kept, and listed, until retention prunes it)."""
+    was committed: it stays "published" (it is kept, and listed, until retention prunes it).
+    Returns the snapshot the row still names."""
     from dagster_project.publishing.snapshot import MANIFEST, current_version, snapshots_dir
 
     row = con.execute("select snapshot from ingest.runs where run_id = ? and snapshot_status = 'published'",
                       [run_id]).fetchone()
     current = current_version(settings.export_dir)
     if row is None or row[0] is None:
-        return
+        return None
     written = (snapshots_dir(settings.export_dir) / row[0] / MANIFEST).exists()
     if written and (current is None or row[0] <= current):
-        return
+        return row[0]
     con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' where run_id = ?", [run_id])
+    return None
 
 
 def record_pending_failures(con, settings: Settings) -> None:

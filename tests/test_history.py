@@ -215,6 +215,8 @@ def test_a_first_publish_killed_after_its_manifest_is_kept_as_it_cannot_be_told_
     con = duckdb.connect(str(settings.state_db), read_only=True)
     assert con.execute("select status, snapshot, snapshot_status from ingest.runs where snapshot = ?",
                        [left]).fetchall() == [("failed", left, "published")]
+    (error,) = con.execute("select error from ingest.runs where snapshot = ?", [left]).fetchone()
+    assert error.endswith(f"is gone); its snapshot {left} had been published whole and stays"), error
     con.close()
 
 

@@ -380,8 +380,8 @@ def test_an_empty_tui_query_and_a_2031_interaction_do_not_stop_the_run(sample_ru
                        "where run_id = ? order by table_name, row_key", [result.run_id])
     content_hash = rows(con, "select content_hash from staging.weighted_ratings where query = ''")[0][0]
     assert [(t, k, e) for t, k, e, _, _ in ledger] == [
-        ("exports.kto", f"weighted_rating|{content_hash}", "prompt is a non-empty conversation"),
-        ("exports.weighted", f"weighted_rating|{content_hash}", "prompt is a non-empty conversation"),
+        ("exports.kto", f"weighted_rating|{content_hash}", "prompt of a TUI rating is not empty"),
+        ("exports.weighted", f"weighted_rating|{content_hash}", "prompt of a TUI rating is not empty"),
         ("staging.feedback", "today-1", "timestamp not in the future"),
         ("staging.interactions", "future-1", "timestamp not in the future"),
         ("staging.interactions", "today-1", "timestamp not in the future"),

@@ -632,7 +632,7 @@ def dead_rows(con) -> list[tuple[str, str, str]]:
         return []
     here, boot = holder(), _boot_id()
     dead = [(run_id, mode, process) for run_id, mode, status, process, noted_boot in rows if status == "running"
-            and (process == here or process_gone(process)
+            and (shown(process) == shown(here) or process_gone(process)
                  or (noted_boot != boot and process.rpartition(":")[0] == here.rpartition(":")[0]))]
     gone = [run_id for run_id, _, status, _, _ in rows if status != "running"] + [r[0] for r in dead]
     if gone:

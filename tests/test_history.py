@@ -280,8 +280,10 @@ def test_a_noted_process_that_is_this_one_or_from_before_a_boot_is_gone_and_a_ba
     with state_connection(settings) as con:
         prepare_state(con, settings)
         # this process; pid 1 (alive) noted in another boot; pid 1 of another host (never gone)
+        # and this process as a note written before processes were noted with their start
         for run_id, process, boot in (("mine", history.holder(), _boot_id()), ("rebooted", f"{host}:1", "another boot"),
-                                      ("elsewhere", "another-host:1", "another boot")):
+                                      ("elsewhere", "another-host:1", "another boot"),
+                                      ("older note", f"{host}:{os.getpid()}", _boot_id())):
             record_run(con, run_id, mode="incremental")
             con.execute(f"insert into {RUN_PROCESSES} values (?, ?, ?)", [run_id, process, boot])
     (settings.state_dir / PENDING_FAILURES).mkdir()
@@ -290,7 +292,7 @@ def test_a_noted_process_that_is_this_one_or_from_before_a_boot_is_gone_and_a_ba
     with state_connection(settings) as con:
         prepare_state(con, settings)  # records the dead ones
         assert dict(con.execute("select run_id, status from ingest.runs").fetchall()) == {
-            "mine": "failed", "rebooted": "failed", "elsewhere": "running"}
+            "mine": "failed", "rebooted": "failed", "elsewhere": "running", "older note": "failed"}
         assert dead_rows(con) == []
     assert bad.exists() and f"warning: {bad}: a failed run's record could not be written" in capfd.readouterr().err
 

@@ -1243,8 +1243,9 @@ def test_only_new_partitions_are_checked_for_raw_ids_and_a_leak_in_one_is_named(
     assert publish(state, tmp_path, "fourth").status == "published"
 
 
-def test_a_short_raw_id_that_equals_an_ordinary_value_does_not_block_the_publish(tmp_path):
-    # a user "2" and a strategy arm "2" (both valid): the gate stopped every publish on them
+def test_a_short_raw_id_that_equals_an_ordinary_value_is_published_with_a_warning(tmp_path):
+    # a user "2" and a strategy arm "2" (both valid): the gate stopped every publish on them; such
+    # a value is published and its column named (an id this short cannot be told from a value)
     state = toy_state(tmp_path / "state.duckdb", months=1, per_month=10)
     con = duckdb.connect(str(state))
     con.execute("create table staging.session_ratings as select 'r1' as id, '2' as user_id_or_null, "
@@ -1252,7 +1253,9 @@ def test_a_short_raw_id_that_equals_an_ordinary_value_does_not_block_the_publish
     con.execute("create table marts.outcome_rates as select timestamptz '2025-01-15 00:00:00+00' as day, "
                 "'2' as arm_id, 3 as accepted")
     con.close()
-    assert publish(state, tmp_path, "first").status == "published"
+    first = publish(state, tmp_path, "first")
+    assert first.status == "published" and [w.split(":")[0] for w in first.warnings] == [
+        "analytics/outcome_rates.arm_id"] and "1 new rows hold a value equal to a raw session/user id" in first.warnings[0]
     con = duckdb.connect(str(state))  # an id of eight characters or more still blocks
     con.execute("update staging.session_ratings set user_id_or_null = 'user-0002'")
     con.execute("update marts.outcome_rates set arm_id = 'user-0002'")

@@ -80,6 +80,8 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
         expire_in_snapshots()
         if problem := save_recent_runs(con, settings):  # `flywheel status` lists this run, published or not
             context.log.warning(problem)
+    for warning in result.warnings:
+        context.log.warning(warning)
     if result.status == "unchanged":
         context.log.info(f"nothing changed since snapshot {result.version}: nothing published")
     shared = {p: d for p, d in (result.manifest or {}).get("datasets", {}).items() if d["kind"] != "internal"}

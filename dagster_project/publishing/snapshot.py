@@ -41,7 +41,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -105,6 +105,7 @@ class PublishResult:
     files_reused: int = 0
     seconds: float = 0.0
     hashed: list[str] | None = None  # datasets whose table was read and hashed (the others: unchanged versions)
+    warnings: list[str] = field(default_factory=list)  # published, but worth a look (``check_privacy``)
 
 
 def snapshots_dir(export_dir: Path) -> Path:
@@ -282,7 +283,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
                                  seconds=round(time.perf_counter() - started, 3),
                                  hashed=[p for p, pl in plans.items() if not pl.from_manifest])
         _refuse_empty(plans, before, previous_version, allow_empty)
-        check_privacy(con, plans)
+        privacy_warnings = check_privacy(con, plans)
 
         created = datetime.now(timezone.utc)
         version = _next_version(snaps, created, run_id)
@@ -327,7 +328,8 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         "published", version, snap, manifest,
         bytes_written=sum(p.bytes for p in parts if not p.reused), bytes_reused=sum(p.bytes for p in parts if p.reused),
         files_written=sum(not p.reused for p in parts), files_reused=sum(p.reused for p in parts),
-        seconds=round(time.perf_counter() - started, 3), hashed=[p for p, pl in plans.items() if not pl.from_manifest])
+        seconds=round(time.perf_counter() - started, 3), hashed=[p for p, pl in plans.items() if not pl.from_manifest],
+        warnings=privacy_warnings)
 
 
 def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: dict[str, Plan], objects: Path,
@@ -517,14 +519,14 @@ def _refuse_empty(plans: dict[str, Plan], before: dict, version: str | None, all
                 "(or FLYWHEEL_ALLOW_EMPTY=1).")
 
 
-def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> None:
+def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> list[str]:
     """Blocking: no text column of a shared dataset holds a raw session/user id from staging.
+    Returns warnings: the columns holding a value equal to an id shorter than ``MENTION_MIN``.
 
-    Ids shorter than ``MENTION_MIN`` characters are not looked for: user "2" cannot be told from
-    arm "2" or a count, and such a coincidence stopped every publish until the data changed
-    (``flywheel forget`` matches them only where a value is the id, for the same reason). A column
-    leaking ids still shows through every id of eight characters or more: every producer's session
-    ids are.
+    Such a short id cannot be told from an ordinary value (user "2", strategy arm "2"): blocking
+    on it stopped every publish until the data changed, so it is published and the column named
+    (``flywheel forget`` matches short ids only where a value is the id, for the same reason).
+    Every producer's session ids are longer, so a column leaking them still blocks.
 
     Only partitions being written are read: a reused object passed this check when it was made.
     The new rows' distinct text values are looked up in staging's id columns (a semi-join), not
@@ -542,26 +544,36 @@ def check_privacy(con: duckdb.DuckDBPyConnection, plans: dict[str, Plan]) -> Non
         if planned.dataset.shared and new and text:
             checked.append((path, planned, text, parquet.rows_of(planned, new)))
     if not id_columns or not checked:
-        return
+        return []
     candidates = " union ".join(
         f"select unnest([{', '.join(q(c) for c in text)}]) as v from ({planned.dataset.select}) where {where}"
         for _, planned, text, where in checked)
     union = " union all ".join(f"select {q(c)} as v from staging.{q(t)}" for t, c in id_columns)
     con.execute(f"create or replace temp table __fw_raw_ids as with new as ({candidates}) "
-                f"select distinct v from ({union}) where length(v) >= {MENTION_MIN} and v in (select v from new)")
+                f"select distinct v, length(v) >= {MENTION_MIN} as long from ({union}) "
+                "where v <> '' and v in (select v from new)")
     try:
         if not con.execute("select count(*) from __fw_raw_ids").fetchone()[0]:
-            return
-        problems = []
+            return []
+        problems, warnings = [], []
         for path, planned, text, where in checked:
             counts = con.execute(
-                "select " + ", ".join(f"count(*) filter (where {q(c)} in (select v from __fw_raw_ids))" for c in text)
+                "select " + ", ".join(
+                    f"count(*) filter (where {q(c)} in (select v from __fw_raw_ids where long)), "
+                    f"count(*) filter (where {q(c)} in (select v from __fw_raw_ids where not long))" for c in text)
                 + f" from ({planned.dataset.select}) where {where}").fetchone()
-            problems += [f"{path}.{c}: {n:,} rows" for c, n in zip(text, counts) if n]
+            for c, long, short in zip(text, counts[0::2], counts[1::2]):
+                if long:
+                    problems.append(f"{path}.{c}: {long:,} rows")
+                elif short:
+                    warnings.append(f"{path}.{c}: {short:,} new rows hold a value equal to a raw session/user id "
+                                    f"shorter than {MENTION_MIN} characters, published (such an id cannot be told "
+                                    "from an ordinary value); pseudonymise the column if it holds ids")
         if problems:
             raise PublishError(
                 f"raw session/user ids in shared datasets ({'; '.join(problems)}); nothing was published. "
                 "Pseudonymise the column (name it like *session_id*/*user_id* or pseudonymise it in its SQL).")
+        return warnings
     finally:
         con.execute("drop table if exists __fw_raw_ids")
 

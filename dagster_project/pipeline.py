@@ -542,12 +542,17 @@ def _record_failed(con, settings: Settings, run_id: str, mode: str, error: str) 
 
     record_run(con, run_id, mode=mode, status="failed", error=error)
     if kept := _unpublished(con, settings, run_id):
-        # killed after its commit (while it ended): "failed" alone read as "nothing published"
-        con.execute("update ingest.runs set error = ? where run_id = ?",
-                    [f"{error}; its snapshot {kept} had been published whole and stays", run_id])
+        # killed after its commit (while it ended): "failed" alone read as "nothing published";
+        # said on the first line, the one `flywheel status` prints
+        snapshot, committed = kept
+        note = (f"its snapshot {snapshot} had been published whole and stays" if committed else
+                f"its snapshot {snapshot} was written whole and is kept (with no current snapshot, whether it "
+                "was committed cannot be told)")
+        first, newline, rest = error.partition("\n")
+        con.execute("update ingest.runs set error = ? where run_id = ?", [f"{first}; {note}{newline}{rest}", run_id])
 
 
-def _unpublished(con, settings: Settings, run_id: str) -> str | None:
+def _unpublished(con, settings: Settings, run_id: str) -> tuple[str, bool] | None:
     """A run killed while it published recorded its snapshot as published before writing it (the
     run log it publishes says so): the row named a snapshot the next run removed as a leftover.
     Committed, it is the current snapshot or, once a later run published, an older one still
@@ -555,7 +560,7 @@ def _unpublished(con, settings: Settings, run_id: str) -> str | None:
     once a later run published); else the run published nothing. With no ``current`` (the lake's
     first publish, or the link removed) a snapshot with its manifest cannot be told from one that
     was committed: it stays "published" (it is kept, and listed, until retention prunes it).
-    Returns the snapshot the row still names."""
+    Returns the snapshot the row still names, and whether it is known to have been committed."""
     from dagster_project.publishing.snapshot import MANIFEST, current_version, snapshots_dir
 
     row = con.execute("select snapshot from ingest.runs where run_id = ? and snapshot_status = 'published'",
@@ -565,7 +570,7 @@ def _unpublished(con, settings: Settings, run_id: str) -> str | None:
         return None
     written = (snapshots_dir(settings.export_dir) / row[0] / MANIFEST).exists()
     if written and (current is None or row[0] <= current):
-        return row[0]
+        return row[0], current is not None
     con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' where run_id = ?", [run_id])
     return None
 

@@ -171,4 +171,5 @@ class FlywheelResource(dg.ConfigurableResource):
                 raise dg.Failure(
                     description=f"table {missing.group(1)} is not in the state database yet: an asset this one reads "
                     "has not been materialised; materialise its upstream assets first, or the whole flywheel_job "
-                    "(`flywheel run`), which builds every asset in order", allow_retries=False) from exc
+                    f"(`flywheel run`), which builds every asset in order (DuckDB: {str(exc).splitlines()[0]})",
+                    allow_retries=False) from exc

@@ -149,7 +149,7 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
     import duckdb
 
     from dagster_project.pipeline import instance, run_pipeline
-    from dagster_project.publishing.snapshot import FAULT_ENV
+    from dagster_project.publishing.snapshot import FAULT_ENV, current_version
 
     write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
                 [dumps(interaction(i)) for i in range(3)])
@@ -175,6 +175,20 @@ def test_a_run_killed_while_it_ran_is_failed_by_the_next_run_to_hold_the_writer_
     assert con.execute("select status, error from ingest.runs where run_id = ?", [dead.run_id]).fetchone() == (
         "failed", f"killed while it ran (its process {history.shown(dead.tags[history.HOLDER_TAG])} is gone)")
     con.close()
+
+    # killed right after its commit: its snapshot is current, and its error says so ("failed"
+    # alone read as nothing published)
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-27_5b0c2f7e.jsonl", [dumps(interaction(9))])
+    env.update({FAULT_ENV: "kill:committed", "FLYWHEEL_SESSION_RETENTION_DAYS": "3650"})  # (as ``settings``)
+    killed = subprocess.run([sys.executable, "-m", "dagster_project.cli", "run", "--quiet"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr
+    current = current_version(settings.export_dir)
+    assert run_pipeline(settings).success
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    (error,) = con.execute("select error from ingest.runs where snapshot = ? and status = 'failed'", [current]).fetchone()
+    con.close()
+    assert error.endswith(f"is gone); its snapshot {current} had been published whole and stays"), error
 
 
 @pytest.mark.slow
@@ -216,7 +230,8 @@ def test_a_first_publish_killed_after_its_manifest_is_kept_as_it_cannot_be_told_
     assert con.execute("select status, snapshot, snapshot_status from ingest.runs where snapshot = ?",
                        [left]).fetchall() == [("failed", left, "published")]
     (error,) = con.execute("select error from ingest.runs where snapshot = ?", [left]).fetchone()
-    assert error.endswith(f"is gone); its snapshot {left} had been published whole and stays"), error
+    assert error.endswith(f"is gone); its snapshot {left} was written whole and is kept (with no current snapshot, "
+                          "whether it was committed cannot be told)"), error
     con.close()
 
 

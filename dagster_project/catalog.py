@@ -235,7 +235,8 @@ TABLE_COLUMNS: dict[str, str] = {
                                      "run's, its validation and files those of the run that made it).",
     "lineage.table_versions.updated_at": "When this version was recorded (UTC).",
     "lineage.run_processes.run_id": "The run (ingest.runs).",
-    "lineage.run_processes.process": "host:pid@start of the process that ran it (start: when it started, in clock ticks since boot, where known).",
+    "lineage.run_processes.process": "host:pid@start of the process that ran it (start: when it started, in clock "
+                                     "ticks since boot, where known).",
     "lineage.run_processes.boot": "The machine's boot id when it started (Linux; empty elsewhere).",
     "lineage.table_fingerprints.table_name": "schema.table in the state database.",
     "lineage.table_fingerprints.version": "The version (lineage.table_versions) with this content.",

@@ -89,12 +89,17 @@ HOLDER_RUN_TAG = "flywheel/writer_run"
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
-def holder() -> str:
-    """This process: ``host:pid@start`` (``process_start``; ``host:pid`` where unknown)."""
+def host() -> str:
+    """This machine, as ``holder`` names it."""
     import socket
 
+    return socket.gethostname()
+
+
+def holder() -> str:
+    """This process: ``host:pid@start`` (``process_start``; ``host:pid`` where unknown)."""
     start = process_start(os.getpid())
-    return f"{socket.gethostname()}:{os.getpid()}" + (f"@{start}" if start else "")
+    return f"{host()}:{os.getpid()}" + (f"@{start}" if start else "")
 
 
 def process_start(pid: int) -> str | None:
@@ -135,9 +140,9 @@ def process_gone(process: str) -> bool:
     process has the pid, or the one that has it started at another time (the pid was reused).
     Another host's, or a malformed name, is never taken as gone; without a start (a tag written
     before it was noted, or no ``/proc``) the pid alone decides."""
-    host, _, named = process.rpartition(":")
+    noted_host, _, named = process.rpartition(":")
     pid, _, start = named.partition("@")
-    if host != holder().rpartition(":")[0] or not pid.isdigit():
+    if noted_host != host() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)

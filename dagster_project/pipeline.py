@@ -18,8 +18,8 @@ import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, holder_tags, process_gone, prune_runs, shown,
-                                     report_dead)
+from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, holder_tags, host, process_gone,
+                                     prune_runs, report_dead, shown)
 from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
 from dagster_project.state import shared_state, state_connection, writer_lock
@@ -593,10 +593,10 @@ def record_pending_failures(con, settings: Settings) -> None:
         _record_failed(con, settings, run_id, mode, f"killed while it ran (its process {shown(process)} is gone)")
 
 
-# Private: the process of each `flywheel run` (host:pid@start: ``history.holder``), noted with its ``ingest.runs`` row. That
-# row is written before the run's Dagster record, which the dead-runs sweep goes by (tagged with
-# the process): a run killed in between (~1 s: the Dagster instance loading) stayed "running" in
-# ingest.runs, `flywheel status` and the published run log for good.
+# Private: the process of each `flywheel run` (``history.holder``: host:pid@start), noted with its
+# ``ingest.runs`` row. That row is written before the run's Dagster record, which the dead-runs
+# sweep goes by (tagged with the process): a run killed in between (~1 s: the Dagster instance
+# loading) stayed "running" in ingest.runs, `flywheel status` and the published run log for good.
 RUN_PROCESSES = "lineage.run_processes"
 
 
@@ -638,7 +638,7 @@ def dead_rows(con) -> list[tuple[str, str, str]]:
     here, boot = holder(), _boot_id()
     dead = [(run_id, mode, process) for run_id, mode, status, process, noted_boot in rows if status == "running"
             and (shown(process) == shown(here) or process_gone(process)
-                 or (noted_boot != boot and process.rpartition(":")[0] == here.rpartition(":")[0]))]
+                 or (noted_boot != boot and process.rpartition(":")[0] == host()))]
     gone = [run_id for run_id, _, status, _, _ in rows if status != "running"] + [r[0] for r in dead]
     if gone:
         con.execute(f"delete from {RUN_PROCESSES} where run_id in (select unnest(?::varchar[]))", [gone])

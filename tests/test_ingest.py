@@ -34,6 +34,7 @@ BAD_CASES = [
     (dumps(interaction(13, timestamp="yesterday")).encode(), "bad_timestamp:timestamp"),
     (dumps(interaction(14, id=None)).encode(), "bad_type:id"),
     (dumps(interaction(16, id="")).encode(), "bad_value:id"),  # every such line collapsed into one
+    (dumps(interaction(17, id=" \t")).encode(), "bad_value:id"),  # as blank as an empty one
     (dumps(interaction(15, tokens_used=10**30)).encode(), "bad_value:tokens_used"),
     (b'{"id": "a\\ud800b", "x": 1}', "invalid_json"),  # lone surrogate escape
 ]
@@ -532,6 +533,34 @@ def test_real_patina_git_log_as_eventlog_reads_without_quarantine(settings):
     con, _ = ingest(settings, sources=["eventlog"])
     assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
     assert rows(con, "select count(*) from staging.eventlog where event_type = 'git.commit'") == [(61,)]
+
+
+def test_an_eventlog_commit_or_query_with_no_id_is_quarantined_not_collapsed(settings):
+    """The eventlog's identity is derived (commit by sha, query by query id): an empty or blank
+    id named no record, and every such commit (or query) collapsed into one under last-wins. Those
+    are quarantined as bad_value:event_key; a query whose query_id is blank is keyed by its
+    source_id; other events are keyed by their content, so an empty source_id is theirs to keep."""
+    def event(event_type, source_id, data, ts="2025-12-17T22:50:42-05:00"):
+        return dumps({"event_type": event_type, "timestamp": ts, "source_id": source_id, "data": data})
+    write_lines(settings.raw_dir / "eventlog" / "events.jsonl", [
+        event("git.commit", "", {"sha": "", "message": "one"}),
+        event("git.commit", " ", {"sha": " ", "message": "two"}),
+        event("git.commit", "abc123", {"sha": "abc123", "message": "kept"}),
+        event("scry.query", "", {"query_id": "", "query": "q", "results": []}),
+        event("scry.query", "q_20251217_1", {"query_id": " ", "query": "keyed by source_id", "results": []}),
+        event("scry.query", "2025-12-18T03:00:00+00:00", {"query": "v1", "results": []}),
+        event("session.started", "", {"session_id": "20251217-070135"}),
+        event("session.started", "", {"session_id": "20251218-070135"}),
+    ])
+    con, reports = ingest(settings, sources=["eventlog"])
+    assert rows(con, "select line_number, reason, detail from ingest.quarantine order by line_number") == [
+        (n, "bad_value:event_key", "the identity (event_key) is empty: it names no record") for n in (1, 2, 4)]
+    assert rows(con, "select event_key from staging.eventlog where event_type <> 'session.started' order by 1") == [
+        ("git.commit:abc123",), ("scry.query:2025-12-18T03:00:00+00:00",), ("scry.query:q_20251217_1",)]
+    assert rows(con, "select count(*) from staging.eventlog where event_type = 'session.started'") == [(2,)]
+    f = reports["eventlog"].files[0]
+    assert (f.lines, f.loaded, f.quarantined) == (8, 5, 3)
+    check_accounting(con)
 
 
 def test_accounting_identity_is_enforced(settings):

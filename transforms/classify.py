@@ -104,7 +104,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         value, checks = _typed_expr(f, i, params)
         if f.name in spec.identity and f.type == "string":
             # an empty id names no record: every line with one collapsed into one under last-wins
-            checks.append((f"t{i} = ''", "'the identity is an empty string: it names no record'"))
+            checks.append((f"{_blank(f't{i}')}", "'the identity is empty or only whitespace: it names no record'"))
         typed.append(f"{value} as t{i}")
         if f.time:
             timed += _time_exprs(f, i, params, spec.time_zone)
@@ -145,6 +145,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
     content_hash = ("case when reason is null then md5(vals::varchar) end"
                     if "@content" in spec.identity else "null::varchar")
 
+    held, final = _identified(spec, derived)
     sql = f"""
 with parsed as (
   select path, line_number, byte_offset, text,
@@ -227,15 +228,45 @@ loaded as (
     {(","+chr(10)+"    ").join(outputs)},
     {content_hash} as content_hash,
     case when reason is null and n_keys > n_present
-      then nullif(json_merge_patch(text, $null_patch)::varchar, '{{}}')::json end as extra
+      then nullif(json_merge_patch(text, $null_patch)::varchar, '{{}}')::json end as extra{held}
   from explained
-)
-select *{derived}{"," + chr(10) + "  " + spec.identity_sql + " as " + q(spec.identity[0]) if spec.identity_sql else ""}
-from loaded
+){final}
 """
     # DuckDB rejects bound parameters the text does not use.
     used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", sql)}
     return ClassifySql(sql=sql, params=used, columns=output_columns(spec))
+
+
+def _blank(t: str) -> str:
+    """True when text ``t`` is empty or only whitespace."""
+    return f"trim({t}, e' \\t\\r\\n') = ''"
+
+
+def _identified(spec: SourceSpec, derived: str) -> tuple[str, str]:
+    """The query's last step: derived columns, and the identity an ``identity_sql`` computes.
+
+    An ``identity_sql`` is NULL when the record names no entity (a commit without a sha): such
+    a line is quarantined as ``bad_value:<identity>``, as an empty declared identity field is,
+    rather than collapsed with every other such line under last-wins. Returns the extra column
+    ``loaded`` keeps (the line's text, for those lines) and the final select.
+    """
+    if not spec.identity_sql:
+        return "", f"\nselect *{derived}\nfrom loaded"
+    key = q(spec.identity[0])
+    reason = "'bad_value:" + spec.identity[0].replace("'", "''") + "'"
+    detail = "'the identity (" + spec.identity[0].replace("'", "''") + ") is empty: it names no record'"
+    nameless = f"reason is null and {key} is null"
+    return ",\n    text as __text", f""",
+identified as (
+  select *{derived},
+    {spec.identity_sql} as {key}
+  from loaded
+)
+select * exclude (__text) replace (
+    case when {nameless} then {reason} else reason end as reason,
+    case when {nameless} then {detail} else detail end as detail,
+    case when {nameless} then __text else text end as text)
+from identified"""
 
 
 def _dup_keys(v: str, root: bool = True) -> str:

@@ -5,6 +5,13 @@ from transforms.spec import Subject, Field, SourceSpec, SqliteTable
 # Session ids are "YYYYMMDD-HHMMSS", written with an adapter suffix or inside a tag name.
 SESSION_ID = r"^(\d{8}-\d{6})-[A-Za-z][A-Za-z0-9_]*$"
 SESSION_TAG = r"^session-(\d{8}-\d{6})"
+QUERY_ID = "data ->> 'query_id'"  # v2 queries; v1 has only source_id
+
+
+def _named(id_sql: str) -> str:
+    """The id, or NULL when it is empty or only whitespace."""
+    return f"case when trim({id_sql}, e' \\t\\r\\n') <> '' then {id_sql} end"
+
 
 SOURCE = SourceSpec(
     name="eventlog",
@@ -23,11 +30,13 @@ SOURCE = SourceSpec(
         Field("data", "json_text"),
     ),
     identity=("event_key",),
-    # Commits by sha, queries by query id (v1: source_id); other events by their content.
+    # Commits by sha, queries by query id (v1: source_id); other events by their content. A
+    # commit or query whose id is empty or blank names none: NULL, quarantined as
+    # bad_value:event_key (one such line would otherwise replace every other under last-wins).
     identity_sql=(
         "case event_type "
-        "when 'git.commit' then 'git.commit:' || source_id "
-        "when 'scry.query' then 'scry.query:' || coalesce(data ->> 'query_id', source_id) "
+        f"when 'git.commit' then 'git.commit:' || {_named('source_id')} "
+        f"when 'scry.query' then 'scry.query:' || coalesce({_named(QUERY_ID)}, {_named('source_id')}) "
         "else event_type || ':' || source_id || ':' || md5(data::varchar) end"
     ),
     order=("timestamp", "seq"),

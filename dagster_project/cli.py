@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -165,8 +166,6 @@ def run(
     """Run the whole pipeline in-process (ingest → staging → marts → exports → publish)."""
     settings = _settings()
     if allow_empty:
-        from dataclasses import replace
-
         settings = replace(settings, allow_empty=True)
     console.print(f"[bold]Flywheel Lake[/] raw={escape(str(settings.raw_dir))} warehouse={escape(str(settings.warehouse))}"
                   f"{' as-of=' + settings.as_of.isoformat() if settings.as_of else ''}"
@@ -203,8 +202,13 @@ def forget(
     again = f"fix the cause and {retry}"
 
     def rebuild() -> None:
+        # A dataset the erased person alone filled is emptied on purpose: the guard against a
+        # dataset published empty (a producer's files wiped) refused that rebuild, and every
+        # retry of the forget, leaving the person in the current snapshot. The rebuild reads
+        # bronze, which no producer can wipe, so the guard has nothing to protect here.
+        started = time.perf_counter()
         try:
-            result = _run(settings, full_refresh=True, console=None)
+            result = _run(replace(settings, allow_empty=True), full_refresh=True, console=None)
         except typer.Exit:  # refused or stopped outside its steps (_run printed why): bronze is erased
             console.print(f"[red]error:[/] the rebuild after erasing from bronze did not finish; {again}",
                           highlight=False, soft_wrap=True)
@@ -212,7 +216,7 @@ def forget(
         if not result.success:
             console.print(f"[red]error:[/] the rebuild after erasing from bronze failed; {again}",
                           highlight=False, soft_wrap=True)
-            _print_result(result, settings, 0.0)
+            _print_result(result, settings, time.perf_counter() - started)
 
     from dagster_project.state import WarehouseBusy
 

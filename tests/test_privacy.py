@@ -175,6 +175,36 @@ def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(lak
     assert again.returncode == 1 and len(refused.splitlines()) == 1 and "nothing erased" in refused
 
 
+def test_a_forget_that_empties_a_published_dataset_publishes_it_empty(tmp_path):
+    """The erased person alone filled the training sets: the guard against a dataset published
+    empty refused the forget's rebuild, and every retry of it, so the person stayed in the current
+    snapshot. Emptied by an erasure, a dataset is published empty."""
+    from conftest import dumps, interaction
+    from dagster_project.settings import Settings
+
+    session = "5b0c2f7e-1d0a-4c9e-9a51-0c6f3d1e2a10"
+    (tmp_path / "raw" / "interactions").mkdir(parents=True)
+    (tmp_path / "raw" / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl").write_text("".join(
+        dumps(interaction(i, session_id=session, input_text=f"question {i}?", output_text=f"answer {i}.",
+                          user_feedback="positive")) + "\n" for i in range(1, 4)))
+    settings = Settings.from_env({
+        "FLYWHEEL_RAW_DIR": str(tmp_path / "raw"), "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+        "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"), "FLYWHEEL_AS_OF": "2026-04-03",
+        "FLYWHEEL_PSEUDONYM_KEY": "test-key"})
+    assert run_pipeline(settings).success
+    needles = [session, session_pseudonym(settings.pseudonym_key.encode(), session)]
+    assert snapshot_rows_naming(settings, needles)
+
+    done = cli(settings, "forget", "--session", session)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.stdout + done.stderr).strip().splitlines()[-1].startswith("forgot one session: bronze 3 records")
+    wh = duckdb.connect(os.path.realpath(settings.warehouse), read_only=True)
+    assert [wh.execute(f"select count(*) from exports.{t}").fetchone()[0] for t in ("sft", "kto")] == [0, 0]
+    wh.close()
+    assert snapshot_rows_naming(settings, needles) == {} and state_rows_naming(settings, needles) == {}
+    assert state_query(settings, "select count(*) from ingest.erasures") == [(1,)]
+
+
 def test_a_shorter_retention_window_is_applied_only_when_confirmed(lake):
     """Retention erases from bronze, for good, what is older than its window (the producer's
     store is read again only when it changes): a window typed 18 for 180 erased 36 of the

@@ -24,6 +24,7 @@ from dagster_project.pipeline import run_pipeline
 from dagster_project.publishing import (CURRENT, SNAPSHOTS, PublishError, current_version, list_snapshots,
                                         publish_snapshot, read_manifest, status, verify_snapshot)
 from dagster_project.publishing.snapshot import APPEND_ONLY, FAULT_ENV, ID_COLUMN, RUN_LOG
+from dagster_project.state import record_run
 from transforms.pseudonyms import session_pseudonym
 
 KEY = "test-key"
@@ -892,11 +893,16 @@ def test_an_empty_dataset_over_a_non_empty_one_needs_the_flag(tmp_path):
     first = publish(state, tmp_path, "first")
     con = duckdb.connect(str(state))
     con.execute("delete from exports.sft")
+    record_run(con, "second", mode="incremental")
     con.close()
     with pytest.raises(PublishError, match=r"training/sft \(exports.sft\) would be published empty over 20 rows.*"
                                            r"--allow-empty.*FLYWHEEL_ALLOW_EMPTY=1"):
         publish(state, tmp_path, "second")
     assert current_version(tmp_path / "exports") == first.version
+    con = duckdb.connect(str(state), read_only=True)  # refused by the publish itself: not published
+    assert con.execute("select snapshot, snapshot_status from ingest.runs where run_id = 'second'"
+                       ).fetchall() == [(None, "not published")]
+    con.close()
     allowed = publish(state, tmp_path, "third", allow_empty=True)
     assert allowed.manifest["datasets"]["training/sft"]["rows"] == 0
     verify_snapshot(tmp_path / "exports")

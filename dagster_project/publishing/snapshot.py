@@ -282,8 +282,12 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
             return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
                                  seconds=round(time.perf_counter() - started, 3),
                                  hashed=[p for p, pl in plans.items() if not pl.from_manifest])
-        _refuse_empty(plans, before, previous_version, allow_empty)
-        privacy_warnings = check_privacy(con, plans)
+        try:  # the publish's own refusals: not published, as a write that failed is
+            _refuse_empty(plans, before, previous_version, allow_empty)
+            privacy_warnings = check_privacy(con, plans)
+        except PublishError:
+            _record_not_published(con, run_id)
+            raise
 
         created = datetime.now(timezone.utc)
         version = _next_version(snaps, created, run_id)
@@ -313,11 +317,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
             # ``current`` named nothing)
             if not committed:
                 shutil.rmtree(snap, ignore_errors=True)
-                try:
-                    con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' "
-                                "where run_id = ?", [run_id])
-                except duckdb.Error:
-                    pass
+                _record_not_published(con, run_id)
             raise
         ensure_links(export_dir, warehouse)
         hook("linked")
@@ -654,6 +654,14 @@ def _record_snapshot(con: duckdb.DuckDBPyConnection, run_id: str, version: str |
 
     record_run(con, run_id, mode="incremental", status="success")
     con.execute("update ingest.runs set snapshot = ?, snapshot_status = ? where run_id = ?", [version, status, run_id])
+
+
+def _record_not_published(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    try:
+        con.execute("update ingest.runs set snapshot = null, snapshot_status = 'not published' where run_id = ?",
+                    [run_id])
+    except duckdb.Error:  # (the failure being recorded may be the database's own)
+        pass
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sqlite3
 import sys
@@ -379,7 +378,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
         heard: list[str] = []
         dagster.add_event_listener(run_id, lambda record: heard.extend(_step_warning(record, warnings)))
         if console is not None:
-            steps = progress.StepProgress(console, total_steps=len(job.graph.nodes))
+            steps = progress.StepProgress(console, total_steps=len(job.graph.nodes), said=warnings)
             stack.enter_context(steps)
             stack.callback(progress.listen(steps.message))
             dagster.add_event_listener(run_id, steps.event)
@@ -402,12 +401,8 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
 
 
 def _step_warning(record, said: list[str]) -> list[str]:
-    """A warning a step logged for the user (a generated pseudonym key, a disabled source), unless
-    the run's preflight already said it (a source whose globs match nothing)."""
-    if (record.dagster_event is None and record.level >= logging.WARNING and record.user_message
-            and record.user_message not in said):
-        return [f"{record.step_key or ''}: {record.user_message}"]
-    return []
+    """A warning a step logged for the user (``progress.user_warning``), as "<step>: <message>"."""
+    return [f"{record.step_key or ''}: {record.user_message}"] if progress.user_warning(record, said) else []
 
 
 def run_failure(events) -> str:
@@ -440,7 +435,13 @@ def step_failures(events) -> tuple[list[tuple[str, str]], list[tuple[str, str]],
             error = event.step_failure_data.error
             message = short_error(event.step_failure_data)
             if event.step_key in checks:
-                message += "\n" + "\n".join(checks[event.step_key])
+                reports = "\n".join(checks[event.step_key])
+                # failed by its checks alone: the first failed expectation, then each report
+                # (Dagster's "DagsterAssetCheckFailedError: 2 blocking asset checks failed" said
+                # neither which nor why on the line the console and status print)
+                message = (f"{_first_line(reports)}\n{reports}"
+                           if error is not None and error.cls_name == "DagsterAssetCheckFailedError"
+                           else f"{message}\n{reports}")
             failures.append((event.step_key or "?", message.strip()))
             traces.append((event.step_key or "?", error.to_string() if error else "unknown error"))
     # steps failing alike (a bad setting fails every ingest step) are named once, with their count

@@ -56,11 +56,21 @@ def summarize(metadata: dict) -> str:
     return ", ".join(parts)
 
 
+def user_warning(record, said: list[str]) -> bool:
+    """A warning a step logged for the user (a generated pseudonym key, a source whose globs
+    match nothing), unless the run's preflight already printed it (each source's "no files
+    match" was printed twice) or it is Dagster's "Dependencies for step X failed" of a step
+    skipped after a failure (the failure is printed)."""
+    return (record.dagster_event is None and record.level >= logging.WARNING and bool(record.user_message)
+            and record.user_message not in said and not record.user_message.startswith("Dependencies for step "))
+
+
 class StepProgress:
     """Turns a run's Dagster event stream into progress on a rich console."""
 
-    def __init__(self, console, total_steps: int):
+    def __init__(self, console, total_steps: int, said: list[str] = ()):
         self.console = console
+        self.said = list(said)  # warnings the run printed before its steps
         self.total = total_steps
         self.done = 0
         self.started: dict[str, float] = {}
@@ -97,9 +107,8 @@ class StepProgress:
     def _event(self, record) -> None:
         event = record.dagster_event
         if event is None:
-            # Warnings the steps log for the user (e.g. a generated pseudonym key, a source
-            # whose globs match nothing); Dagster's own console logger is silenced.
-            if record.level >= logging.WARNING and record.user_message:
+            # Warnings the steps log for the user; Dagster's own console logger is silenced.
+            if user_warning(record, self.said):
                 self._print(f"[yellow]warning[/] {record.step_key or ''}: {escape(record.user_message)}")
             return
         step = record.step_key or ""

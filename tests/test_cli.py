@@ -76,6 +76,8 @@ def test_run_prints_a_line_per_step_warnings_and_the_result(first_run):
     warning = f"source outcomes: no files match outcomes/*_outcomes.jsonl under {settings.raw_dir}"
     assert f"warning {warning}" in lines
     assert len([line for line in lines if line.startswith("warning source ")]) == 8
+    # once: not again as the step's own warning ("warning ingest__outcomes: source outcomes: ...")
+    assert len([line for line in lines if "no files match" in line]) == 8, result.output
     con = duckdb.connect(str(settings.warehouse), read_only=True)
     [(warnings,)] = con.execute("select warnings from ingest.runs").fetchall()
     assert warning in warnings and len(warnings) == 8

@@ -275,6 +275,11 @@ def test_a_bad_setting_or_a_failing_validation_publishes_nothing_and_the_next_ru
     assert not failed.success
     message = "\n".join(m for _, m in failed.failures)
     assert "exports.sft: nothing of this run is published" in message and "systemic" in message
+    # the line the console prints after "✗ training_sets:": which expectation, not Dagster's wrapper
+    first = dict(failed.failures)["training_sets"].splitlines()[0]
+    assert first.startswith("exports.sft: ✗ prompt is a non-empty conversation [") and "Dagster" not in message
+    # the snapshot step it skipped is not a warning of its own ("Dependencies for step snapshot failed")
+    assert not [w for w in failed.step_warnings if "Dependencies for step" in w], failed.step_warnings
     assert "prompt is a non-empty conversation" in message and victims[0] in message  # expectation, sample rows
     assert current_version(lake.export_dir) == reference["version"]
     verify_snapshot(lake.export_dir)

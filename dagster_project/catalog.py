@@ -256,7 +256,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.erasures.kind": "session | user (flywheel forget) or retention (the source's retention window).",
     "ingest.erasures.source": "The source whose records were removed (a retention pass: one row from its ingest "
                               "step, one from the kept snapshots' scrub after the publish).",
-    "ingest.erasures.bronze_rows": "Records removed from the bronze record (JSONL lines blanked, SQLite rows dropped).",
+    "ingest.erasures.bronze_rows": "Records removed from the bronze record (JSONL lines blanked, SQLite rows dropped), "
+                                   "or, for retention, kept out of it as they were read (already expired).",
     "ingest.erasures.raw_rows": "Rows fewer in raw.<source> after the rebuild from bronze.",
     "ingest.erasures.staging_rows": "Rows fewer in staging.<source> after the rebuild from bronze (retention: its "
                                     "rows expired, which its staging step then drops).",

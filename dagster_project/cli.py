@@ -473,8 +473,9 @@ def quarantine_export(
 def quarantine_replay(
     source: Annotated[Optional[str], typer.Option(help="Only this source.")] = None,
 ) -> None:
-    """Re-read the files that have quarantined lines, e.g. after a sources-file fix (time zone,
-    globs) — their rows and quarantine are rebuilt from the raw bytes; nothing is double counted."""
+    """Classify again, from the lake's bronze record, every source with quarantined lines (the
+    whole source, not only those files), e.g. after a sources-file fix (time zone, globs); its
+    rows and quarantine are rebuilt; nothing is double counted."""
     settings = _settings()
     with closing(_reader(settings)) as con:
         _check_source(con, source)
@@ -483,7 +484,9 @@ def quarantine_replay(
     if not paths:
         console.print("nothing quarantined: nothing to replay")
         return
-    console.print(f"replaying {len(paths):,} files with quarantined lines")
+    sources = sorted({name for name, _ in paths})
+    console.print(f"replaying {len(sources)} source(s) with quarantined lines in {len(paths):,} file(s), "
+                  f"each whole from the bronze record: {', '.join(sources)}", highlight=False, soft_wrap=True)
     started = time.perf_counter()
     result = _run(settings, replay=paths, console=console)
     _print_result(result, settings, time.perf_counter() - started)

@@ -99,6 +99,7 @@ class Matcher:
     carried: set[str] = field(default_factory=set)  # new keys (interaction ids of erased sessions)
     values: set[str] = field(default_factory=set)  # ids of removed records (for snapshot rows)
     removed: int = 0
+    expired: int = 0  # of those, removed for their age (past the retention cutoff)
     oldest_kept: datetime | None = None  # the earliest retention time among the records kept
 
     def __post_init__(self):
@@ -148,6 +149,7 @@ class Matcher:
             at = retention_time(text) if text else None
             if at is not None:  # None: unreadable, quarantined by the classifier, not a retention matter
                 if at < self.cutoff:
+                    self.expired += 1
                     return True
                 self.oldest_kept = at if self.oldest_kept is None else min(self.oldest_kept, at)
         return False

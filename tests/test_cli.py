@@ -234,7 +234,8 @@ def test_replay_is_recorded_as_replay_and_counts_nothing_twice(first_run, tmp_pa
     con.close()
     replay = invoke("quarantine", "replay")
     assert replay.exit_code == 0, replay.output
-    assert "replaying 1 files with quarantined lines" in replay.output and "(replay) succeeded" in replay.output
+    assert ("replaying 1 source(s) with quarantined lines in 1 file(s), each whole from the bronze record: "
+            "interactions") in replay.output and "(replay) succeeded" in replay.output
     # the state's own accounting (the same rows again change no table: nothing is published)
     con = duckdb.connect(str(env.state_db), read_only=True)
     after = con.execute("select sum(lines_read), sum(rows_loaded), sum(rows_quarantined) from ingest.files").fetchall()

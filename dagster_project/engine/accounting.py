@@ -44,7 +44,7 @@ class SourceReport:
     files: list[FileResult] = field(default_factory=list)
     seconds: float = 0.0
     replayed_entries: int = 0
-    expired: int = 0  # records retention removed from bronze this run
+    expired: int = 0  # records retention removed from bronze this run, or kept out of it as read
     unlisted: list[tuple[str, str]] = field(default_factory=list)  # directories the listing may not read
 
     def total(self, attr: str) -> int:

@@ -216,6 +216,13 @@ class Ingestor:
                                                     event=("missing", "the file is gone; its rows are kept"))))
                 self.results.setdefault(path, FileResult(path, "missing")).event = "missing"
         self._commit(batch)
+        # Records already past the retention window when first read never reach bronze: counted
+        # as retention's (a store whose 63 ratings had all expired read as 1 line, its 63 rows
+        # gone without a word)
+        at_read = self.matcher.expired if self.matcher is not None else 0
+        if at_read:
+            report.expired += at_read
+            privacy.record_erasure(self.con, "retention", {self.spec.name: {"bronze": at_read}})
         check_accounting(self.con, self.spec.name)
         order = {p: i for i, (p, _) in enumerate(files)}
         report.files = sorted(self.results.values(), key=lambda r: (order.get(r.path, len(order)), r.path))

@@ -512,12 +512,28 @@ def synth(
         if not force:
             fail(f"{root} is not empty: old and new files would mix; choose an empty directory "
                  f"or pass --force to delete its contents first")
+        if held := _lake_record(root):  # `synth --force data` for `data/raw` deleted the lake's bronze
+            fail(f"{root} holds a lake's own record ({held}): --force would delete it; "
+                 "name the raw directory (e.g. data/raw) or an empty one")
         for child in root.iterdir():
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
 
     summary = generate_lake(root, interactions=interactions, seed=seed, bad_cases=not clean,
                             manifest_path=manifest, progress=lambda m: console.print(m, style="dim"))
     out.print_json(data=summary, default=str)
+
+
+def _lake_record(root: Path) -> Path | None:
+    """A state directory (bronze, the state database, the erasure keys), a snapshot tree or a
+    DuckDB file under ``root``: what no producer writes and no run can bring back."""
+    for here, dirs, files in os.walk(root):
+        for name in dirs:
+            if name in (".flywheel", ".snapshots"):
+                return Path(here) / name
+        for name in files:
+            if name.endswith(".duckdb"):
+                return Path(here) / name
+    return None
 
 
 @app.command("eval")

@@ -466,6 +466,16 @@ def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path):
     forced = invoke("synth", str(lake), "--interactions", "20", "--force")
     assert forced.exit_code == 0, forced.output
     assert not (lake / "old.jsonl").exists() and (lake / "interactions").is_dir()
+    # `synth --force data` (meant: data/raw) deleted the lake's bronze, state and snapshots
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    (data / ".flywheel" / "bronze").mkdir(parents=True)
+    (data / ".flywheel" / "bronze" / "segment.jsonl").write_text("{}\n")
+    refused = invoke("synth", str(data), "--interactions", "20", "--force")
+    assert (refused.exit_code, refused.output.strip()) == (2, (
+        f"error: {data} holds a lake's own record ({data / '.flywheel'}): --force would delete it; "
+        "name the raw directory (e.g. data/raw) or an empty one"))
+    assert (data / ".flywheel" / "bronze" / "segment.jsonl").exists()
 
 
 def test_dagster_home_defaults_to_the_projects_and_tests_use_a_throwaway_one(monkeypatch):

@@ -263,9 +263,11 @@ class Settings:
             from dagster_project.privacy import erasure_key_problem
 
             problems += [problem for problem in (erasure_key_problem(self), self._retention_window_problem(),
-                                                 need_raw and self._raw_root_problem()) if problem]
+                                                 need_raw and self._raw_root_problem(),
+                                                 self._export_owner_problem()) if problem]
         if problems:
             raise SettingsError(problems)
+        self._claim_export_dir()
         self._record(self.RETENTION_WINDOW, "session_retention_days", self.session_retention_days)
         if need_raw:
             self._record(self.RAW_ROOT, "raw_root", [str(self.raw_dir.resolve()), str(self.raw_dir)])
@@ -273,6 +275,10 @@ class Settings:
     # under the state dir, what the runs of this lake last applied: the retention window, the raw root
     RETENTION_WINDOW = "retention_window.json"
     RAW_ROOT = "raw_root.json"
+    # the lake's identity (under the state dir), and the lake whose snapshots an export directory
+    # holds (under its snapshot tree, publishing.snapshot.SNAPSHOTS)
+    LAKE_ID = "lake_id.json"
+    EXPORT_OWNER = (".snapshots", "owner.json")
 
     def _recorded(self, name: str, key: str):
         import json
@@ -319,8 +325,51 @@ class Settings:
             return None
         return (f"FLYWHEEL_RAW_DIR={self.raw_dir} is not the raw root this lake was read from ({kept[-1]}, recorded in "
                 f"{self.state_dir / self.RAW_ROOT}): its files would be merged into that lake's for good; set "
-                f"FLYWHEEL_RAW_DIR={kept[-1]} again, or give another lake its own FLYWHEEL_WAREHOUSE; if this lake "
-                f"moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={root}")
+                f"FLYWHEEL_RAW_DIR={kept[-1]} again, or give another lake its own FLYWHEEL_WAREHOUSE and "
+                f"FLYWHEEL_EXPORT_DIR; if this lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={root}")
+
+    def _owner_file(self) -> Path:
+        return self.export_dir.joinpath(*self.EXPORT_OWNER)
+
+    def _export_owner_problem(self) -> str | None:
+        """Nothing tied an export directory to the lake publishing into it: two lakes given one
+        (another FLYWHEEL_WAREHOUSE, the same default exports) each published over the other, and a
+        lake's warehouse showed the other's data; a new state (a warehouse path mistyped) published
+        a subject `flywheel forget` had erased from the first, read again from the producers'
+        files, into its current snapshot. A directory holding another lake's snapshots is refused."""
+        import json
+
+        try:
+            owner = json.loads(self._owner_file().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # no snapshot yet, or one an earlier version wrote: this lake takes it
+        if not isinstance(owner, dict) or owner.get("lake") in (None, self._recorded(self.LAKE_ID, "lake")):
+            return None
+        return (f"FLYWHEEL_EXPORT_DIR={self.export_dir} holds the snapshots of another lake (its state: "
+                f"{owner.get('state')}; recorded in {self._owner_file()}): the run would publish over them; give "
+                f"this lake its own FLYWHEEL_EXPORT_DIR, or point FLYWHEEL_WAREHOUSE at that lake's; if this lake "
+                f"replaces that one (its state was deleted), delete {self._owner_file()}")
+
+    def _claim_export_dir(self) -> None:
+        """This lake's identity (made once) recorded as the export directory's owner."""
+        import json
+        import uuid
+
+        from dagster_project.engine.bronze import _atomic_write
+
+        lake = self._recorded(self.LAKE_ID, "lake")
+        if lake is None:
+            lake = uuid.uuid4().hex
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            _atomic_write(self.state_dir / self.LAKE_ID, json.dumps({"lake": lake}).encode("utf-8"))
+        owner = {"lake": lake, "state": str(self.state_dir.resolve())}
+        try:
+            if json.loads(self._owner_file().read_text(encoding="utf-8")) == owner:
+                return
+        except (OSError, ValueError):
+            pass
+        self._owner_file().parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self._owner_file(), json.dumps(owner).encode("utf-8"))
 
     def _retention_window_problem(self) -> str | None:
         """A window shorter than the one the lake keeps erases from bronze, for good, what lies

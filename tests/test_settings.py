@@ -218,6 +218,43 @@ def test_pyarrows_allocator_commits_memory_as_it_is_touched_unless_the_environme
     assert "option 'arena_eager_commit': 1" in _allocator_options({**env, "MIMALLOC_ARENA_EAGER_COMMIT": "1"})
 
 
+def test_an_export_directory_holding_another_lakes_snapshots_is_refused(settings, tmp_path):
+    """Two lakes given one export directory (another FLYWHEEL_WAREHOUSE, the same exports) each
+    published over the other, a lake's warehouse showing the other's data; a new state (a mistyped
+    warehouse path) published, read again from the producers' files, a subject the first lake's
+    `flywheel forget` had erased. The directory records its lake; another is refused in one line."""
+    from conftest import dumps, interaction, write_lines
+    from dagster_project.pipeline import run_pipeline
+    from dagster_project.publishing import current_version
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26.jsonl",
+                [dumps(interaction(i)) for i in (1, 2)])
+    write_lines(tmp_path / "raw_b" / "interactions" / "interactions_2026-02-26.jsonl",
+                [dumps(interaction(i)) for i in (7, 8, 9)])
+    settings = replace(settings, pseudonym_key="test-key")
+    assert run_pipeline(settings).success
+    published = current_version(settings.export_dir)
+    owner = settings.export_dir / ".snapshots" / "owner.json"
+    other = replace(settings, raw_dir=tmp_path / "raw_b", warehouse=tmp_path / "b" / "warehouse.duckdb")
+    refusal = (f"FLYWHEEL_EXPORT_DIR={settings.export_dir} holds the snapshots of another lake (its state: "
+               f"{settings.state_dir.resolve()}; recorded in {owner}): the run would publish over them; give this "
+               f"lake its own FLYWHEEL_EXPORT_DIR, or point FLYWHEEL_WAREHOUSE at that lake's; if this lake "
+               f"replaces that one (its state was deleted), delete {owner}")
+    with pytest.raises(SettingsError) as refused:
+        run_pipeline(other)
+    assert refused.value.problems == [refusal]
+    assert current_version(settings.export_dir) == published
+    assert run_pipeline(replace(other, export_dir=tmp_path / "b" / "exports")).success  # its own
+    assert run_pipeline(settings).success and current_version(settings.export_dir) == published  # nothing new
+    # the lake's state deleted by hand: a new lake, until the old one's record is removed
+    shutil.rmtree(settings.state_dir)
+    with pytest.raises(SettingsError) as refused:
+        run_pipeline(settings)
+    assert refused.value.problems == [refusal]
+    owner.unlink()
+    assert run_pipeline(settings).success
+
+
 def test_a_raw_root_other_than_the_lakes_is_read_only_when_confirmed(settings, tmp_path):
     """Files are known by their path under the raw root: a mistyped FLYWHEEL_RAW_DIR naming
     another lake with the same file names read its files as this lake's files rewritten, and
@@ -246,8 +283,8 @@ def test_a_raw_root_other_than_the_lakes_is_read_only_when_confirmed(settings, t
     assert refused.value.problems == [
         f"FLYWHEEL_RAW_DIR={tmp_path / 'other'} is not the raw root this lake was read from ({settings.raw_dir}, "
         f"recorded in {settings.state_dir / 'raw_root.json'}): its files would be merged into that lake's for good; "
-        f"set FLYWHEEL_RAW_DIR={settings.raw_dir} again, or give another lake its own FLYWHEEL_WAREHOUSE; if this "
-        f"lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
+        f"set FLYWHEEL_RAW_DIR={settings.raw_dir} again, or give another lake its own FLYWHEEL_WAREHOUSE and "
+        f"FLYWHEEL_EXPORT_DIR; if this lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
     assert ids() == ["1", "2"]
     (tmp_path / "link").symlink_to(settings.raw_dir)
     assert run_pipeline(replace(settings, raw_dir=tmp_path / "link")).success  # the same directory

@@ -254,7 +254,7 @@ def source_warnings(settings: Settings) -> list[str]:
     for name, spec in load_sources(settings.sources_file).items():
         unlisted: list[tuple[str, str]] = []
         try:
-            files = [path for path, _ in listing(spec, settings.raw_dir, unlisted)]
+            files = [path for path, _ in listing(spec, settings.raw_dir, unlisted, exclude=settings.own_dirs)]
         except StoredPathClash as exc:
             raise SettingsError([f"source {name}: {exc}"]) from None
         if not files:

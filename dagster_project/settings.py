@@ -114,6 +114,11 @@ class Settings:
         return self.state_dir / "pseudonym.key"
 
     @property
+    def own_dirs(self) -> tuple[Path, Path]:
+        """What the lake writes itself (its state, its exports): never a source's files."""
+        return self.state_dir, self.export_dir
+
+    @property
     def state_dir(self) -> Path:
         """Private working area beside the warehouse: the writer's database, locks, keys."""
         return self.warehouse.parent / ".flywheel"

@@ -93,3 +93,26 @@ def test_listing_a_directory_finds_exactly_what_path_glob_finds(tmp_path, monkey
     assert [p for p, _ in discover(spec, raw)] == [
         (outside / "interactions_out.jsonl").as_posix(), "interactions/interactions_1.jsonl",
         "interactions/interactions_[x].jsonl"]
+
+
+def test_a_glob_over_the_whole_lake_never_reads_the_lakes_own_files(tmp_path):
+    """An absolute glob with ``**`` over the directory that holds the raw root, the state and the
+    exports (``/data/**/interactions/*.jsonl``) read the lake's own bronze segments as the
+    source's files: every run quarantined the last one and published again, for ever."""
+    from conftest import dumps, ingest, interaction, rows, write_lines
+    from dagster_project.settings import Settings
+
+    sources = tmp_path / "sources.yml"
+    sources.write_text(f"sources:\n  interactions:\n    globs: [{str(tmp_path / '**' / 'interactions' / '*.jsonl')!r}]\n")
+    settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
+                                  "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+                                  "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"),
+                                  "FLYWHEEL_SOURCES": str(sources)})
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26.jsonl", [dumps(interaction(1))])
+    con, _ = ingest(settings, "run-1", sources=["interactions"])
+    con.close()
+    assert list((settings.state_dir / "bronze" / "interactions").glob("*.jsonl"))  # what the glob reaches
+    con, reports = ingest(settings, "run-2", sources=["interactions"])
+    assert [f.path for f in reports["interactions"].files] == ["interactions/interactions_2026-02-26.jsonl"]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select count(*) from raw.interactions") == [(1,)]

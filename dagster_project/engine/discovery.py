@@ -20,7 +20,8 @@ def discover(spec: SourceSpec, raw_dir: Path) -> list[tuple[str, Path]]:
     return [(stored, Path(real)) for stored, real in listing(spec, raw_dir)]
 
 
-def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | None = None,
+            exclude: tuple[Path, ...] = ()) -> list[tuple[str, str]]:
     """``discover``'s files, each real path a string: the engine makes a ``Path`` only of the few
     files it reads (~5 µs each). ``unlisted``: where each directory a glob's last part may not
     be listed (permission denied) is added, as (stored prefix, name pattern): the files the lake
@@ -33,7 +34,11 @@ def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | N
     ``os.scandir`` of its directory: the entry's type comes with the listing, so a regular file
     costs no system call (19 -> 7 µs a file with a ``Path`` each, ``Path.glob`` + ``is_file`` +
     ``is_symlink`` made two calls and several ``Path`` objects). Other globs (``**``, wildcards
-    in directories) go through ``Path.glob`` as before."""
+    in directories) go through ``Path.glob`` as before.
+
+    ``exclude``: the lake's own directories (its state and exports). A glob reaching them (an
+    absolute ``/data/**/signals/*.jsonl`` over the whole lake) read its bronze segments as a
+    source's files: every run quarantined the last one and published again, for ever."""
     found: dict[str, str] = {}
     resolved = _Resolver(raw_dir)
     for pattern in spec.globs:
@@ -54,6 +59,10 @@ def listing(spec: SourceSpec, raw_dir: Path, unlisted: list[tuple[str, str]] | N
         else:
             for real in _glob(pattern, raw_dir):
                 found[resolved.stored(real)] = str(real)
+    if exclude and found:
+        own = tuple({os.path.join(form, "") for d in exclude for form in (os.path.abspath(d), os.path.realpath(d))})
+        # (by the path as listed: resolving each file's costs a system call per file and run)
+        found = {stored: real for stored, real in found.items() if not real.startswith(own)}
     if all(stored.isascii() for stored in found):
         return sorted(found.items())
     return _escaped(found)

@@ -174,7 +174,7 @@ class Ingestor:
             report.seconds = time.perf_counter() - started
             return report
         unlisted = report.unlisted  # where the listing may not look (permission denied)
-        files = listing(self.spec, self.settings.raw_dir, unlisted)
+        files = listing(self.spec, self.settings.raw_dir, unlisted, exclude=self.settings.own_dirs)
         # line files whose stat is the one their cached state recorded: unchanged, their state unread
         settled = known.settled if self.spec.format == "jsonl" and self.settings.trust_ctime else {}
         batch: list[bronze_mod.Entry] = []

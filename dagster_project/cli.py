@@ -114,7 +114,7 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
     if not result.success:
         _print_pruned(result, settings)
         console.print(f"[red bold]Run {result.run_id} ({result.mode}) failed[/] after {elapsed:.1f} s; "
-                      f"the current snapshot (warehouse and exports) is unchanged", soft_wrap=True)
+                      f"{_snapshot_after_failure(settings, result.run_id)}", soft_wrap=True)
         for step, message in result.failures:
             console.print(f"[red]✗ {step}:[/] {escape(message)}", highlight=False, soft_wrap=True)
         if VERBOSE["on"]:
@@ -132,6 +132,18 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
         _print_status(settings, run_id=result.run_id)
     except typer.Exit:  # the run succeeded: a status that cannot be shown (why is printed) does not undo that
         pass
+
+
+def _snapshot_after_failure(settings: Settings, run_id: str) -> str:
+    """What a failed run left published: a signal after its commit (a SIGTERM as ``current``
+    moved) failed a run whose snapshot had been published whole, and the line said "unchanged"."""
+    from dagster_project.publishing import read_manifest
+
+    manifest = read_manifest(settings.export_dir) or {}
+    if manifest.get("run_id") == run_id:
+        return (f"its snapshot {manifest.get('version')} had been published whole and is the current one "
+                "(warehouse and exports)")
+    return "the current snapshot (warehouse and exports) is unchanged"
 
 
 def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:

@@ -454,6 +454,20 @@ def test_step_failures_are_printed_once_short_and_with_the_trace_only_when_verbo
     assert verbose.exit_code == 1 and 'File "' in verbose.output
 
 
+def test_a_run_failing_after_its_commit_says_its_snapshot_is_current(env, monkeypatch):
+    """A signal or error after the commit (a SIGTERM as ``current`` moved) failed a run whose
+    snapshot had been published whole: its line said the current snapshot was unchanged."""
+    from dagster_project.publishing import current_version
+    from dagster_project.publishing.snapshot import FAULT_ENV
+
+    monkeypatch.setenv(FAULT_ENV, "enospc:committed")
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 1
+    version = current_version(env.export_dir)
+    assert version and f"its snapshot {version} had been published whole and is the current one" in result.output
+    assert "is unchanged" not in result.output, result.output
+
+
 def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path):
     lake = tmp_path / "lake"
     lake.mkdir()

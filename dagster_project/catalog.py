@@ -110,7 +110,8 @@ TABLES: dict[str, str] = {
                              "date, whether it is the current opinion on its target and aspect.",
     "marts.signal_conflicts": "One row per target whose current opinions are both positive and negative.",
     "marts.promotion_candidates": "One row per target with at least 2 strong positive signals (effective "
-                                  "strength >= 0.7), at least one manual.",
+                                  "strength >= 0.7) not since overturned (the current opinion on the signal's "
+                                  "target and aspect is positive), at least one manual.",
     "exports.sft": "Training set (TRL SFT, conversational): one row per accepted interaction whose final label is positive.",
     "exports.kto": "Training set (TRL KTO): one row per labelled interaction (neutral excluded) or weighted example.",
     "exports.dpo": "Training set (TRL DPO): one row per chosen/rejected response pair to the same normalised "
@@ -479,7 +480,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "marts.signal_conflicts.negative_opinions": "Current negative opinions.",
     "marts.signal_conflicts.neutral_opinions": "Current neutral opinions.",
     "marts.signal_conflicts.opinions": "Current opinions.",
-    "marts.promotion_candidates.strong_positive_signals": "Positive signals with effective strength >= 0.7.",
+    "marts.promotion_candidates.strong_positive_signals": "Positive signals with effective strength >= 0.7, "
+                                                          "not overturned by a later opinion.",
     "marts.promotion_candidates.manual_signals": "Of those, manual ones.",
     "marts.promotion_candidates.distinct_sources": "Distinct signal sources.",
     "marts.promotion_candidates.sources": "Those sources.",

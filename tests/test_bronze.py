@@ -1275,3 +1275,35 @@ def test_a_state_from_before_the_bronze_record_is_rebuilt_only_when_confirmed(se
     assert rows(con, "select count(*) from raw.interactions") == [(3,)]
     con, _ = ingest(settings, "run-4", sources=["interactions"], con=con, full_refresh=True)  # bronze holds them
     assert rows(con, "select count(*) from raw.interactions") == [(3,)]
+
+
+def test_a_missing_bronze_object_stops_a_rebuild_before_raw_is_emptied(settings):
+    """An object of the bronze record deleted by hand: a full refresh emptied raw, then failed on
+    the missing file (a bare FileNotFoundError), and so did every run after it. The rebuild is
+    refused before raw is touched, in one line naming the object; incremental runs read on."""
+    from dataclasses import replace
+
+    from dagster_project.engine.bronze import object_path
+    import duckdb
+
+    from dagster_project.pipeline import run_pipeline
+
+    settings = replace(settings, pseudonym_key="test-key")
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_00000001.jsonl",
+                [dumps(interaction(i)) for i in range(3)])
+    assert run_pipeline(settings).success
+    [gone] = [object_path(settings.state_dir / "bronze", e.object) for e in
+              Bronze(settings, "interactions").entries() if e.object]
+    gone.unlink()
+    refused = run_pipeline(settings, full_refresh=True)
+    assert not refused.success
+    assert dict(refused.failures)["ingest__interactions"] == (
+        f"source interactions: 1 object(s) of the lake's bronze record are missing ({gone}): rebuilding raw from it "
+        f"would lose their records, so raw.interactions and staging are kept as they are; restore "
+        f"{settings.state_dir / 'bronze' / 'objects'} from a backup (incremental runs read on without them)")
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    assert con.execute("select count(*) from raw.interactions").fetchone() == (3,)
+    con.close()
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_00000001.jsonl",
+                [dumps(interaction(3))], mode="ab")
+    assert run_pipeline(settings).success

@@ -20,6 +20,10 @@ class SchemaChangedError(RuntimeError):
     """The source's declared fields no longer match its raw table."""
 
 
+class BronzeDamaged(RuntimeError):
+    """The bronze record names objects that are gone: a rebuild from it would lose their records."""
+
+
 class LegacyStateError(RuntimeError):
     """raw.<source> holds rows an older version read before the lake kept a bronze record."""
 

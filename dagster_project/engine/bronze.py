@@ -89,6 +89,12 @@ class Bronze:
         """Every entry of the source, in observation order."""
         return self._read([self.dir / name for name in self._segment_names()])
 
+    def missing_objects(self, entries: list[Entry]) -> list[Path]:
+        """The objects ``entries`` name that are not on disk (deleted by hand, a restore that
+        missed them)."""
+        names = sorted({e.object for e in entries if e.object is not None})
+        return [path for path in (object_path(self.root, name) for name in names) if not path.exists()]
+
     def entries_after(self, seq: int) -> list[Entry] | None:
         """The entries after ``seq`` (``ingest.bronze_applied``: what raw lacks), reading only the
         segments that can hold one; None when bronze does not hold entry ``seq`` itself (its

@@ -30,8 +30,8 @@ import pyarrow as pa
 
 from dagster_project.engine import bronze as bronze_mod
 from dagster_project.engine import known as known_mod
-from dagster_project.engine.accounting import (FileResult, SourceReport, check_accounting, ensure_raw_table,
-                                               ensure_schema, check_legacy_raw, reset_source)
+from dagster_project.engine.accounting import (BronzeDamaged, FileResult, SourceReport, check_accounting,
+                                               ensure_raw_table, ensure_schema, check_legacy_raw, reset_source)
 from dagster_project.engine.discovery import SQLITE_SUFFIXES, listing, unlisted_covers
 from dagster_project.engine.readers import FileView, Unit, open_file
 from dagster_project.engine.readers import json_array, jsonl, sqlite
@@ -142,6 +142,7 @@ class Ingestor:
         full_refresh = full_refresh or expired > 0 or interrupted or redeclared or legacy
         self.matcher = privacy.ingest_matcher(self.settings, self.spec)
         if full_refresh:
+            self._check_bronze()
             reset_source(self.con, self.spec.name)
         if row is None or redeclared:
             self.con.execute("insert or replace into lineage.source_declarations values (?, ?)",
@@ -228,6 +229,18 @@ class Ingestor:
         report.files = sorted(self.results.values(), key=lambda r: (order.get(r.path, len(order)), r.path))
         report.seconds = time.perf_counter() - started
         return report
+
+    def _check_bronze(self) -> None:
+        """Before raw is reset to be rebuilt from bronze: every object bronze names is there. One
+        deleted by hand emptied raw, then failed the rebuild (a bare FileNotFoundError) on every
+        run after it."""
+        missing = self.bronze.missing_objects(self.bronze.entries())
+        if missing:
+            raise BronzeDamaged(
+                f"source {self.spec.name}: {len(missing)} object(s) of the lake's bronze record are missing "
+                f"({missing[0]}{', …' if len(missing) > 1 else ''}): rebuilding raw from it would lose their "
+                f"records, so raw.{self.spec.name} and staging are kept as they are; restore "
+                f"{missing[0].parent.parent} from a backup (incremental runs read on without them)")
 
     # ----------------------------------------------------------------- observing files
 

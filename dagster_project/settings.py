@@ -239,6 +239,10 @@ class Settings:
         elif problem := _unwritable(self.export_dir):
             problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir}: {problem}; choose a writable directory, "
                             f"e.g. FLYWHEEL_EXPORT_DIR={Path.home() / 'flywheel' / 'exports'}")
+        elif (foreign := _foreign_export(self.export_dir)) is not None:
+            problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir} holds {foreign}, which this pipeline did not "
+                            "write: a publish puts its link in that place; choose a directory of its own, e.g. "
+                            f"FLYWHEEL_EXPORT_DIR={self.export_dir / 'flywheel'}")
         raw = self.raw_dir.resolve()
         for name, value, inside, example in (("FLYWHEEL_WAREHOUSE", self.warehouse, self.state_dir, "warehouse.duckdb"),
                                              ("FLYWHEEL_EXPORT_DIR", self.export_dir, self.export_dir, "exports")):
@@ -387,6 +391,25 @@ class Settings:
         return (f"FLYWHEEL_SESSION_RETENTION_DAYS={days} is shorter than the {kept} days the lake keeps: the run "
                 f"would erase from it, for good, the session ratings {days} to {kept} days old; if that is meant, "
                 f"run once with FLYWHEEL_RETENTION_CONFIRM={days}")
+
+
+def _foreign_export(export_dir: Path) -> str | None:
+    """What in the export directory a publish would replace and did not write: the names it puts
+    links at holding a file (a user's notes in ``analytics`` were replaced by a link, their
+    content gone), or a directory that is not an older version's layout (its Parquet datasets,
+    moved aside into ``.snapshots/.legacy-*``: a user's ``training/notes.txt`` went there
+    without a word)."""
+    for name in ("current", "training", "analytics"):
+        path = export_dir / name
+        if path.is_symlink() or not os.path.lexists(path):
+            continue
+        if not path.is_dir() or name == "current":
+            return f"{path} (a {'directory' if path.is_dir() else 'file'})"
+        for here, _, files in os.walk(path):
+            other = next((f for f in files if not f.endswith((".parquet", ".json"))), None)
+            if other is not None:
+                return f"{Path(here) / other}"
+    return None
 
 
 def _foreign_file(path: Path) -> str | None:

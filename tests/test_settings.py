@@ -255,6 +255,28 @@ def test_an_export_directory_holding_another_lakes_snapshots_is_refused(settings
     assert run_pipeline(settings).success
 
 
+def test_an_export_directory_holding_the_users_own_files_where_links_go_is_refused(settings):
+    """A publish puts links at ``current``, ``training`` and ``analytics``: a user's file there
+    was replaced (its content gone), a directory of notes moved into ``.snapshots/.legacy-*``
+    without a word. An older version's layout (Parquet datasets) is still taken over."""
+    export = settings.export_dir
+    (export / "training" / "sft").mkdir(parents=True)
+    (export / "training" / "sft" / "train-2026-02.parquet").write_bytes(b"PAR1")  # an older layout
+    settings.preflight()
+    (export / "analytics").write_text("notes\n")
+    with pytest.raises(SettingsError) as refused:
+        settings.preflight()
+    assert refused.value.problems == [
+        f"FLYWHEEL_EXPORT_DIR={export} holds {export / 'analytics'} (a file), which this pipeline did not write: a "
+        f"publish puts its link in that place; choose a directory of its own, e.g. FLYWHEEL_EXPORT_DIR={export / 'flywheel'}"]
+    (export / "analytics").unlink()
+    (export / "training" / "notes.txt").write_text("mine\n")
+    with pytest.raises(SettingsError) as refused:
+        settings.preflight()
+    assert f"holds {export / 'training' / 'notes.txt'}, which" in refused.value.problems[0]
+    assert (export / "training" / "notes.txt").read_text() == "mine\n"
+
+
 def test_a_raw_root_other_than_the_lakes_is_read_only_when_confirmed(settings, tmp_path):
     """Files are known by their path under the raw root: a mistyped FLYWHEEL_RAW_DIR naming
     another lake with the same file names read its files as this lake's files rewritten, and

@@ -335,8 +335,18 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         out.print(f"bronze record: {usage['objects']:,} objects, {usage['compressed_bytes'] / 1e6:,.1f} MB "
                   f"compressed for {usage['raw_bytes'] / 1e6:,.1f} MB read ({escape(str(settings.state_dir / 'bronze'))})")
         _print_publications(con, settings)
+    except duckdb.IOException as exc:
+        _unreadable_views(settings, exc)
     finally:
         con.close()
+
+
+def _unreadable_views(settings: Settings, exc: duckdb.Error) -> None:
+    """Views that read no file (a lake moved elsewhere; a snapshot's file removed by hand): one
+    line, not a traceback."""
+    fail(f"{os.path.realpath(settings.warehouse)}: the published warehouse's views cannot read their files "
+         f"({_said(exc)}): the lake moved or its snapshot was damaged; the next `flywheel run` publishes it "
+         "again", 1)
 
 
 def _print_writer(settings: Settings) -> None:
@@ -558,8 +568,12 @@ def eval_(
         raise typer.Exit(2)
     from transforms.retrieval import feedback_report
 
-    with closing(_reader(_settings())) as con:
-        report = feedback_report(con)
+    settings = _settings()
+    with closing(_reader(settings)) as con:
+        try:
+            report = feedback_report(con)
+        except duckdb.IOException as exc:
+            _unreadable_views(settings, exc)
     out.print(report, highlight=False)
 
 

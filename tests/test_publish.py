@@ -220,6 +220,65 @@ def test_no_published_dataset_holds_a_raw_session_or_user_id(sample):
         assert "session_pseudonym" in columns and "session_id" not in columns, mart
 
 
+def test_a_moved_lake_or_a_snapshot_damaged_by_hand_is_published_again(tmp_path):
+    """The warehouse's views read files by absolute path: in a lake moved elsewhere every view
+    failed, and a run with nothing new said "nothing changed" (status then failed on a traceback).
+    A Parquet file or the warehouse file removed from the current snapshot was never put back.
+    Each is published again by the next run, and the run after it publishes nothing."""
+    from conftest import dumps, interaction
+    from dagster_project.publishing.snapshot import WAREHOUSE_FILE
+    from dagster_project.settings import Settings
+
+    old_root = tmp_path / "lake"
+    (old_root / "raw" / "interactions").mkdir(parents=True)
+    (old_root / "raw" / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl").write_text("".join(
+        dumps(interaction(i, input_text=f"question {i}?", output_text=f"answer {i}.", user_feedback="positive"))
+        + "\n" for i in range(1, 4)))
+    copied = Settings.from_env({
+        "FLYWHEEL_RAW_DIR": str(old_root / "raw"), "FLYWHEEL_WAREHOUSE": str(old_root / "warehouse.duckdb"),
+        "FLYWHEEL_EXPORT_DIR": str(old_root / "exports"), "FLYWHEEL_AS_OF": "2026-04-03",
+        "FLYWHEEL_PSEUDONYM_KEY": KEY})
+    assert run_pipeline(copied).success
+    new_root = old_root.rename(tmp_path / "moved")
+    moved = replace(copied, raw_dir_confirm=new_root / "raw", **{
+        name: new_root / getattr(copied, name).relative_to(old_root) for name in ("raw_dir", "warehouse", "export_dir")})
+    before = read_manifest(moved.export_dir)
+
+    def sft_rows() -> int:
+        con = duckdb.connect(os.path.realpath(moved.warehouse), read_only=True)
+        try:
+            return con.execute("select count(*) from exports.sft").fetchone()[0]
+        finally:
+            con.close()
+
+    with pytest.raises(duckdb.IOException):  # the views name the directory the lake left
+        sft_rows()
+    from typer.testing import CliRunner
+
+    from dagster_project.cli import app
+
+    env = {"FLYWHEEL_RAW_DIR": str(moved.raw_dir), "FLYWHEEL_WAREHOUSE": str(moved.warehouse),
+           "FLYWHEEL_EXPORT_DIR": str(moved.export_dir)}
+    status = CliRunner().invoke(app, ["status"], env=env, catch_exceptions=False)
+    assert status.exit_code == 1 and status.output.strip().splitlines()[-1].startswith(
+        f"error: {os.path.realpath(moved.warehouse)}: the published warehouse's views cannot read their files (IO "
+        "Error: No files found"), status.output
+    assert "Traceback" not in status.output and "the next `flywheel run` publishes it again" in status.output
+    for damage in ("moved", "a file removed", "the warehouse removed"):
+        current = moved.export_dir / CURRENT
+        if damage == "a file removed":
+            next((current / "training" / "sft").glob("*.parquet")).unlink()
+        elif damage == "the warehouse removed":
+            (current / WAREHOUSE_FILE).unlink()
+        result = run_pipeline(moved)
+        assert result.success, result.failures
+        manifest = verify_snapshot(moved.export_dir)
+        assert manifest["run_id"] == result.run_id, damage  # published again
+        assert data_hashes(manifest) == data_hashes(before) and sft_rows() == before["datasets"]["training/sft"]["rows"]
+    again = run_pipeline(moved)
+    assert again.success and read_manifest(moved.export_dir)["run_id"] != again.run_id  # whole: nothing published
+
+
 def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots(sample, monkeypatch):
     from typer.testing import CliRunner
 

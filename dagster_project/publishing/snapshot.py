@@ -275,7 +275,8 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         # its ledger row, or the warehouse would not say why that record is missing
         built = versions.built_by(con)
         excluded = _excluded(con, run_id, built)
-        if previous and _unchanged(plans, before, excluded):
+        damage = _damage(snaps / previous_version, previous) if previous else None
+        if previous and damage is None and _unchanged(plans, before, excluded):
             _note_input_versions(con, snaps / previous_version, previous, plans, inputs, tables)
             _record_snapshot(con, run_id, previous_version, "unchanged")
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
@@ -329,7 +330,8 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         bytes_written=sum(p.bytes for p in parts if not p.reused), bytes_reused=sum(p.bytes for p in parts if p.reused),
         files_written=sum(not p.reused for p in parts), files_reused=sum(p.reused for p in parts),
         seconds=round(time.perf_counter() - started, 3), hashed=[p for p, pl in plans.items() if not pl.from_manifest],
-        warnings=privacy_warnings)
+        warnings=privacy_warnings + ([f"snapshot {previous_version} was not whole where it stands ({damage}): "
+                                      "published again"] if damage else []))
 
 
 def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: dict[str, Plan], objects: Path,
@@ -481,6 +483,29 @@ def _write_manifest(snap: Path, manifest: dict) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, snap / MANIFEST)
+
+
+def _damage(snap: Path, manifest: dict) -> str | None:
+    """Why the current snapshot does not stand whole where it is, or None. Its warehouse's views
+    read files by absolute path: in a lake moved elsewhere every view failed (the directory they
+    name is gone), and a run with nothing new said "nothing changed". A file removed by hand was
+    never put back, nor the warehouse file. Names and sizes only: a stat per file (~1,100 on the
+    bench lake), the content is not read. (A copy beside the original reads the original's
+    files until it publishes: the directory its views name is still there.)"""
+    root = (manifest.get("warehouse") or {}).get("root")  # (None: an older version's manifest)
+    if root is not None and root != str(snap.resolve()) and not os.path.isdir(root):
+        return f"its warehouse reads {root}, which is gone: the lake moved"
+    if not (snap / WAREHOUSE_FILE).is_file():
+        return f"{snap / WAREHOUSE_FILE} is gone"
+    for path, entry in manifest.get("datasets", {}).items():
+        for f in entry.get("files", []):
+            try:
+                size = os.stat(snap / path / f["name"]).st_size
+            except OSError:
+                return f"{snap / path / f['name']} is gone"
+            if size != f.get("bytes"):
+                return f"{snap / path / f['name']} is {size:,} bytes, not {f.get('bytes'):,}"
+    return None
 
 
 def _unchanged(plans: dict[str, Plan], before: dict, excluded: dict[str, int]) -> bool:

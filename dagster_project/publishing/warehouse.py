@@ -104,7 +104,9 @@ def build_warehouse(state: duckdb.DuckDBPyConnection, path: Path, views: dict[st
         con.close()
     _check_opens(path, len(views))
     fsync_file(path)
-    return {"bytes": path.stat().st_size, "scheme": SCHEME, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    # ``root``: the directory its views read by absolute path (a moved or copied lake's differs)
+    return {"bytes": path.stat().st_size, "scheme": SCHEME, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "root": str(root)}
 
 
 def _text(comment: str | None) -> str:

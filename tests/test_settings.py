@@ -305,8 +305,8 @@ def test_a_raw_root_other_than_the_lakes_is_read_only_when_confirmed(settings, t
     assert refused.value.problems == [
         f"FLYWHEEL_RAW_DIR={tmp_path / 'other'} is not the raw root this lake was read from ({settings.raw_dir}, "
         f"recorded in {settings.state_dir / 'raw_root.json'}): its files would be merged into that lake's for good; "
-        f"set FLYWHEEL_RAW_DIR={settings.raw_dir} again, or give another lake its own FLYWHEEL_WAREHOUSE and "
-        f"FLYWHEEL_EXPORT_DIR; if this lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
+        f"set FLYWHEEL_RAW_DIR={settings.raw_dir} again, or give another lake a FLYWHEEL_WAREHOUSE in a directory of "
+        f"its own (the state is the .flywheel beside it) and its own FLYWHEEL_EXPORT_DIR; if this lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
     assert ids() == ["1", "2"]
     (tmp_path / "link").symlink_to(settings.raw_dir)
     assert run_pipeline(replace(settings, raw_dir=tmp_path / "link")).success  # the same directory

@@ -20,6 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+# The identity rules (a blank id; an identity_sql naming no record) are the product's: what
+# this reference checks is the classification before them.
+from transforms.classify import _blank, _identified
 from transforms.spec import STORAGE_TYPE, Field, SourceSpec
 
 # json_valid accepts what strict JSON rejects: trailing commas (found in the raw text; the
@@ -221,38 +224,6 @@ loaded as (
     # DuckDB rejects bound parameters the text does not use.
     used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", sql)}
     return ClassifySql(sql=sql, params=used, columns=output_columns(spec))
-
-
-def _blank(t: str) -> str:
-    """True when text ``t`` is empty or only whitespace."""
-    return f"trim({t}, e' \\t\\r\\n') = ''"
-
-
-def _identified(spec: SourceSpec, derived: str) -> tuple[str, str]:
-    """The query's last step: derived columns, and the identity an ``identity_sql`` computes.
-
-    An ``identity_sql`` is NULL when the record names no entity (a commit without a sha): such
-    a line is quarantined as ``bad_value:<identity>``, as an empty declared identity field is,
-    rather than collapsed with every other such line under last-wins. Returns the extra column
-    ``loaded`` keeps (the line's text, for those lines) and the final select.
-    """
-    if not spec.identity_sql:
-        return "", f"\nselect *{derived}\nfrom loaded"
-    key = q(spec.identity[0])
-    reason = "'bad_value:" + spec.identity[0].replace("'", "''") + "'"
-    detail = "'the identity (" + spec.identity[0].replace("'", "''") + ") is empty: it names no record'"
-    nameless = f"reason is null and {key} is null"
-    return ",\n    text as __text", f""",
-identified as (
-  select *{derived},
-    {spec.identity_sql} as {key}
-  from loaded
-)
-select * exclude (__text) replace (
-    case when {nameless} then {reason} else reason end as reason,
-    case when {nameless} then {detail} else detail end as detail,
-    case when {nameless} then __text else text end as text)
-from identified"""
 
 
 def _dup_keys(v: str, root: bool = True) -> str:

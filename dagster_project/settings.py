@@ -362,15 +362,29 @@ class Settings:
     def _claim_export_dir(self) -> None:
         """This lake's identity (made once) recorded as the export directory's owner."""
         import json
+        import tempfile
         import uuid
 
         from dagster_project.engine.bronze import _atomic_write
 
         lake = self._recorded(self.LAKE_ID, "lake")
         if lake is None:
-            lake = uuid.uuid4().hex
+            # Created once, whoever is first: the steps of a Dagster run check their settings at
+            # once, and two ids written one over the other left the export directory owned by
+            # the one this lake did not keep (every run refused from then on).
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.state_dir / self.LAKE_ID, json.dumps({"lake": lake}).encode("utf-8"))
+            fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-lake-")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(json.dumps({"lake": uuid.uuid4().hex}).encode("utf-8"))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.link(tmp, self.state_dir / self.LAKE_ID)  # fails if another made it first
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+            lake = self._recorded(self.LAKE_ID, "lake")
         owner = {"lake": lake, "state": str(self.state_dir.resolve())}
         try:
             if json.loads(self._owner_file().read_text(encoding="utf-8")) == owner:

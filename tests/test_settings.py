@@ -255,6 +255,35 @@ def test_an_export_directory_holding_another_lakes_snapshots_is_refused(settings
     assert run_pipeline(settings).success
 
 
+def test_steps_checking_their_settings_at_once_claim_the_export_directory_for_one_lake(tmp_path):
+    """A Dagster run's steps check their settings at once: two lake ids written one over the
+    other left the export directory owned by the id the lake did not keep, and every run after
+    it was refused as another lake's (review: 8 fresh lakes of 40)."""
+    import json
+    import threading
+
+    for trial in range(20):
+        root = tmp_path / str(trial)
+        (root / "raw").mkdir(parents=True)
+        settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(root / "raw"),
+                                      "FLYWHEEL_WAREHOUSE": str(root / "warehouse.duckdb"),
+                                      "FLYWHEEL_EXPORT_DIR": str(root / "exports")})
+        start = threading.Barrier(4)
+
+        def check():
+            start.wait()
+            settings.preflight()
+
+        threads = [threading.Thread(target=check) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        lake = json.loads((settings.state_dir / "lake_id.json").read_text())["lake"]
+        assert json.loads((settings.export_dir / ".snapshots" / "owner.json").read_text())["lake"] == lake
+        settings.preflight()  # not refused
+
+
 def test_an_export_directory_holding_the_users_own_files_where_links_go_is_refused(settings):
     """A publish puts links at ``current``, ``training`` and ``analytics``: a user's file there
     was replaced (its content gone), a directory of notes moved into ``.snapshots/.legacy-*``

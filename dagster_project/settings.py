@@ -419,8 +419,10 @@ def _foreign_export(export_dir: Path) -> str | None:
             continue
         if not path.is_dir() or name == "current":
             return f"{path} (a {'directory' if path.is_dir() else 'file'})"
-        for here, _, files in os.walk(path):
-            other = next((f for f in files if not f.endswith((".parquet", ".json"))), None)
+        for here, dirs, files in os.walk(path):
+            # (an older version's own dot files: ``.versions/<dataset>/.lock``, ``.<dataset>.link-<pid>``)
+            dirs[:] = [d for d in dirs if not d.startswith(".") or d == ".versions"]
+            other = next((f for f in files if not f.startswith(".") and not f.endswith((".parquet", ".json"))), None)
             if other is not None:
                 return f"{Path(here) / other}"
     return None

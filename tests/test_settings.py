@@ -289,8 +289,13 @@ def test_an_export_directory_holding_the_users_own_files_where_links_go_is_refus
     was replaced (its content gone), a directory of notes moved into ``.snapshots/.legacy-*``
     without a word. An older version's layout (Parquet datasets) is still taken over."""
     export = settings.export_dir
-    (export / "training" / "sft").mkdir(parents=True)
-    (export / "training" / "sft" / "train-2026-02.parquet").write_bytes(b"PAR1")  # an older layout
+    # an older version's layout, as its publisher left it: versioned directories, its lock, a link
+    # left by a killed publish
+    (export / "training" / ".versions" / "sft" / "v1").mkdir(parents=True)
+    (export / "training" / ".versions" / "sft" / "v1" / "part-00000.parquet").write_bytes(b"PAR1")
+    (export / "training" / ".versions" / "sft" / ".lock").write_bytes(b"")
+    (export / "training" / "sft").symlink_to(".versions/sft/v1")
+    (export / "training" / ".sft.link-123").symlink_to(".versions/sft/v1")
     settings.preflight()
     (export / "analytics").write_text("notes\n")
     with pytest.raises(SettingsError) as refused:

@@ -114,9 +114,12 @@ class Settings:
         return self.state_dir / "pseudonym.key"
 
     @property
-    def own_dirs(self) -> tuple[Path, Path]:
-        """What the lake writes itself (its state, its exports): never a source's files."""
-        return self.state_dir, self.export_dir
+    def own_dirs(self) -> tuple[Path, ...]:
+        """What the lake writes itself, never a source's files: its state, its snapshot tree and
+        the links a publish puts in the export directory (not the export directory itself: a raw
+        root inside it lost every producer file to the exclusion)."""
+        return (self.state_dir, self.export_dir / ".snapshots",
+                *(self.export_dir / name for name in ("current", "training", "analytics")))
 
     @property
     def state_dir(self) -> Path:

@@ -99,8 +99,12 @@ def test_a_glob_over_the_whole_lake_never_reads_the_lakes_own_files(tmp_path):
     """An absolute glob with ``**`` over the directory that holds the raw root, the state and the
     exports (``/data/**/interactions/*.jsonl``) read the lake's own bronze segments as the
     source's files: every run quarantined the last one and published again, for ever."""
+    from dataclasses import replace
+
     from conftest import dumps, ingest, interaction, rows, write_lines
+    from dagster_project.engine.discovery import listing
     from dagster_project.settings import Settings
+    from dagster_project.sources import load_sources
 
     sources = tmp_path / "sources.yml"
     sources.write_text(f"sources:\n  interactions:\n    globs: [{str(tmp_path / '**' / 'interactions' / '*.jsonl')!r}]\n")
@@ -116,3 +120,11 @@ def test_a_glob_over_the_whole_lake_never_reads_the_lakes_own_files(tmp_path):
     assert [f.path for f in reports["interactions"].files] == ["interactions/interactions_2026-02-26.jsonl"]
     assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
     assert rows(con, "select count(*) from raw.interactions") == [(1,)]
+    con.close()
+    # a raw root inside the export directory is not the lake's own (every producer file was
+    # excluded: review)
+    inside = replace(settings, raw_dir=settings.export_dir / "raw")
+    write_lines(inside.raw_dir / "interactions" / "interactions_2026-02-27.jsonl", [dumps(interaction(2))])
+    spec = load_sources(inside.sources_file)["interactions"]
+    listed = [path for path, _ in listing(spec, inside.raw_dir, exclude=inside.own_dirs)]
+    assert "interactions/interactions_2026-02-27.jsonl" in listed and not [p for p in listed if ".flywheel" in p]

@@ -230,12 +230,15 @@ def forget(
                           highlight=False, soft_wrap=True)
             _print_result(result, settings, time.perf_counter() - started)
 
+    from dagster_project.engine import BronzeDamaged
     from dagster_project.state import WarehouseBusy
 
     try:
         done = privacy.forget(settings, kind, subject, load_sources(settings.sources_file, disabled=True), rebuild)
     except privacy.NothingToErase as exc:
         fail(str(exc), 1)
+    except BronzeDamaged as exc:  # an object the erasure must rewrite is gone
+        fail(f"{exc}; then {retry}", 1)
     except WarehouseBusy as exc:  # a run holds the writer lock
         fail(f"{exc}; then {retry}", 1)
     except duckdb.IOException as exc:  # another process's connection to the state database

@@ -37,6 +37,7 @@ from pathlib import Path
 import duckdb
 
 from dagster_project.engine import bronze as bronze_mod
+from dagster_project.engine.accounting import BronzeDamaged
 from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.settings import Settings
 from transforms.jsontext import shallow
@@ -359,7 +360,13 @@ def scrub_bronze(settings: Settings, spec: SourceSpec, matcher: Matcher,
             spans = sorted({(e.offset, e.length, e.kind) for e in entries})
             new_parts, moved, changed, pos = [], {}, False, 0
             for offset, length, kind in spans:
-                old = bytes(store.payload(next(e for e in entries if (e.offset, e.length) == (offset, length))))
+                try:
+                    old = bytes(store.payload(next(e for e in entries if (e.offset, e.length) == (offset, length))))
+                except FileNotFoundError:  # (a bare FileNotFoundError failed every run after)
+                    raise BronzeDamaged(
+                        f"source {spec.name}: object {bronze_mod.object_path(store.root, obj)} of the lake's bronze "
+                        "record is missing: retention or an erasure cannot remove the records it held; restore "
+                        f"{store.root / 'objects'} from a backup") from None
                 new = scrub_payload(kind, old, matcher)
                 changed |= new is not old and new != old
                 moved[(offset, length)] = (pos, len(new), hashlib.sha256(new).hexdigest())

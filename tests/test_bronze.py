@@ -1307,3 +1307,14 @@ def test_a_missing_bronze_object_stops_a_rebuild_before_raw_is_emptied(settings)
     write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_00000001.jsonl",
                 [dumps(interaction(3))], mode="ab")
     assert run_pipeline(settings).success
+    # retention needs the object holding its expired records: named in one line too (review)
+    store(settings.raw_dir / "sessions" / "session_feedback.sqlite3", ["r1", "r2"]).close()
+    assert run_pipeline(settings).success
+    [gone] = [object_path(settings.state_dir / "bronze", e.object) for e in
+              Bronze(settings, "session_ratings").entries() if e.object]
+    gone.unlink()
+    expiring = run_pipeline(replace(settings, session_retention_days=1, retention_confirm=1))
+    assert not expiring.success
+    assert dict(expiring.failures)["ingest__session_ratings"] == (
+        f"source session_ratings: object {gone} of the lake's bronze record is missing: retention or an erasure "
+        f"cannot remove the records it held; restore {settings.state_dir / 'bronze' / 'objects'} from a backup")

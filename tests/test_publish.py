@@ -277,6 +277,14 @@ def test_a_moved_lake_or_a_snapshot_damaged_by_hand_is_published_again(tmp_path)
         assert data_hashes(manifest) == data_hashes(before) and sft_rows() == before["datasets"]["training/sft"]["rows"]
     again = run_pipeline(moved)
     assert again.success and read_manifest(moved.export_dir)["run_id"] != again.run_id  # whole: nothing published
+    # an older version's manifest does not say where its views read: published once again (review)
+    manifest_file = moved.export_dir / CURRENT / "manifest.json"
+    older = json.loads(manifest_file.read_text())
+    del older["warehouse"]["root"]
+    manifest_file.write_text(json.dumps(older))
+    upgraded = run_pipeline(moved)
+    assert upgraded.success and read_manifest(moved.export_dir)["run_id"] == upgraded.run_id
+    assert read_manifest(moved.export_dir)["warehouse"]["root"] == str((moved.export_dir / CURRENT).resolve())
 
 
 def test_a_run_with_nothing_new_publishes_nothing_and_status_lists_the_snapshots(sample, monkeypatch):

@@ -492,8 +492,10 @@ def _damage(snap: Path, manifest: dict) -> str | None:
     never put back, nor the warehouse file. Names and sizes only: a stat per file (~1,100 on the
     bench lake), the content is not read. (A copy beside the original reads the original's
     files until it publishes: the directory its views name is still there.)"""
-    root = (manifest.get("warehouse") or {}).get("root")  # (None: an older version's manifest)
-    if root is not None and root != str(snap.resolve()) and not os.path.isdir(root):
+    root = (manifest.get("warehouse") or {}).get("root")
+    if root is None:  # (published once again, as the lake may have moved since)
+        return "an older version's manifest does not say which directory its warehouse reads"
+    if root != str(snap.resolve()) and not os.path.isdir(root):
         return f"its warehouse reads {root}, which is gone: the lake moved"
     if not (snap / WAREHOUSE_FILE).is_file():
         return f"{snap / WAREHOUSE_FILE} is gone"

@@ -32,6 +32,8 @@ TABLES: dict[str, str] = {
                                     "(another than ingest.bronze_applied's: the next run rebuilds it from bronze).",
     "lineage.source_declarations": "Private: per source, a fingerprint of the declaration its raw table was read "
                                    "with (not its globs); another one replays the source from bronze.",
+    "lineage.expired_records": "Private: per source, the records retention has counted (removed from bronze, or "
+                               "kept out of it when first read), so that reading one again counts it once.",
     "lineage.shared_paths": "Private: per raw file, its path as the training and analytics datasets publish it "
                             "(a session's part of its name keyed), computed once per file and key.",
     "lineage.raw_tombstones": "Private: raw rows a SQLite delete flagged since staging last looked (they keep "
@@ -197,6 +199,7 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.shared_paths.rule": "sha256 of the pseudonym key's hash and the rule it was computed with; another "
                                  "key or rule recomputes every row.",
     "lineage.bronze_known.state": "The file's state as JSON (bronze Entry.state: watermark, size, mtime, inode, ctime...).",
+    "lineage.expired_records.record_sha256": "sha256 of the record's JSON (keys sorted).",
     "lineage.bronze_known.seq": "The bronze entry the state is from (for tracing; the cache is read by path).",
     "lineage.source_declarations.fingerprint": "sha256 of the source's declaration but its globs and description "
                                                "(engine.declaration_key).",

@@ -100,7 +100,7 @@ class Matcher:
     carried: set[str] = field(default_factory=set)  # new keys (interaction ids of erased sessions)
     values: set[str] = field(default_factory=set)  # ids of removed records (for snapshot rows)
     removed: int = 0
-    expired: int = 0  # of those, removed for their age (past the retention cutoff)
+    expired: set[str] = field(default_factory=set)  # of those, removed for their age: their content's sha256
     oldest_kept: datetime | None = None  # the earliest retention time among the records kept
 
     def __post_init__(self):
@@ -150,7 +150,7 @@ class Matcher:
             at = retention_time(text) if text else None
             if at is not None:  # None: unreadable, quarantined by the classifier, not a retention matter
                 if at < self.cutoff:
-                    self.expired += 1
+                    self.expired.add(hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode("utf-8")).hexdigest())
                     return True
                 self.oldest_kept = at if self.oldest_kept is None else min(self.oldest_kept, at)
         return False
@@ -735,13 +735,19 @@ def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
 # --------------------------------------------------------------------------- retention (each run)
 
 
-def enforce_retention(settings: Settings, spec: SourceSpec, before_rewrite: Callable[[], None] | None = None) -> int:
+def enforce_retention(settings: Settings, spec: SourceSpec, before_rewrite: Callable[[], None] | None = None,
+                      expired: set[str] | None = None) -> int:
     """Remove expired records of the source from bronze; the caller replays it when > 0.
-    ``before_rewrite``: called once before bronze is first changed (none when nothing expired)."""
+    ``before_rewrite``: called once before bronze is first changed (none when nothing expired).
+    ``expired``: gets the removed records' sha256 (``Matcher.expired``)."""
     cutoff = retention_cutoff(settings, spec)
     if cutoff is None:
         return 0
-    return scrub_bronze(settings, spec, Matcher(spec, b"-", set(), cutoff), before_rewrite)
+    matcher = Matcher(spec, b"-", set(), cutoff)
+    removed = scrub_bronze(settings, spec, matcher, before_rewrite)
+    if expired is not None:
+        expired |= matcher.expired
+    return removed
 
 
 def retention_in_snapshots(settings: Settings, specs: list[SourceSpec]) -> dict[str, tuple[int, int]]:

@@ -1318,3 +1318,40 @@ def test_a_missing_bronze_object_stops_a_rebuild_before_raw_is_emptied(settings)
     assert dict(expiring.failures)["ingest__session_ratings"] == (
         f"source session_ratings: object {gone} of the lake's bronze record is missing: retention or an erasure "
         f"cannot remove the records it held; restore {settings.state_dir / 'bronze' / 'objects'} from a backup")
+
+
+def test_ratings_past_the_window_when_first_read_are_counted_once(settings):
+    """A rating already past the retention window when first read is kept out of bronze, and was
+    kept out without a word; counted, the same rating was counted again each time its store's
+    key range was read again (an append), and after a retention pass (review)."""
+    from dataclasses import replace
+    from datetime import date
+
+    import duckdb
+
+    from dagster_project.pipeline import run_pipeline
+
+    settings = replace(settings, pseudonym_key="test-key", as_of=date(2026, 11, 1), session_retention_days=180)
+    path = settings.raw_dir / "sessions" / "session_feedback.sqlite3"
+    conn = store(path, ["r1", "r2", "r3"])  # recorded 2026-02-26: past the window as of 2026-11-01 ...
+    conn.execute("update session_feedback set recorded_at = ?, recorded_date = '2026-10-30', value = ? "
+                 "where id = 'r3'", ["2026-10-30T10:00:00Z", rating("r3", at="2026-10-30T10:00:00Z")])  # ... but r3
+    conn.commit()
+    conn.close()
+
+    def retention() -> list[int]:
+        con = duckdb.connect(str(settings.state_db), read_only=True)
+        try:
+            return [r[0] for r in con.execute("select bronze_rows from ingest.erasures where kind = 'retention' "
+                                              "order by erased_at").fetchall()]
+        finally:
+            con.close()
+
+    first = run_pipeline(settings)
+    assert first.success and retention() == [2]
+    store(path, ["r4"]).close()  # one more old rating: the key range holding r1 and r2 is read again
+    assert run_pipeline(settings).success and retention() == [2, 1]
+    assert run_pipeline(settings, full_refresh=True).success and retention() == [2, 1]
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    assert con.execute("select id from raw.session_ratings").fetchall() == [("r3",)]
+    con.close()

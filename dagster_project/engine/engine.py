@@ -128,8 +128,10 @@ class Ingestor:
         # is written only when a record expires (a pass that rewrites nothing needs no replay).
         marker = self.settings.state_dir / RETENTION_PENDING / self.spec.name
         interrupted = marker.exists()
+        counted: set[str] = set()  # the records retention removed from bronze now
         expired = privacy.enforce_retention(self.settings, self.spec,
-                                            before_rewrite=lambda: bronze_mod._atomic_write(marker, b""))
+                                            before_rewrite=lambda: bronze_mod._atomic_write(marker, b""),
+                                            expired=counted)
         # what raw (replayed below) and staging (in its own step) lose: their rows expired now
         lost = {layer: privacy.expired_rows(self.con, self.settings, self.spec, layer) if expired else 0
                 for layer in ("raw", "staging")}
@@ -168,6 +170,7 @@ class Ingestor:
         if expired:
             report.expired = expired
             privacy.record_erasure(self.con, "retention", {self.spec.name: {"bronze": expired, **lost}})
+        self._note_expired(counted)
         self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
         if not read_files:
@@ -218,9 +221,9 @@ class Ingestor:
                 self.results.setdefault(path, FileResult(path, "missing")).event = "missing"
         self._commit(batch)
         # Records already past the retention window when first read never reach bronze: counted
-        # as retention's (a store whose 63 ratings had all expired read as 1 line, its 63 rows
-        # gone without a word)
-        at_read = self.matcher.expired if self.matcher is not None else 0
+        # as retention's, once each (a store whose 63 ratings had all expired read as 1 line, its
+        # 63 rows gone without a word; the same rows are read again when their key range changes)
+        at_read = self._note_expired(self.matcher.expired if self.matcher is not None else set())
         if at_read:
             report.expired += at_read
             privacy.record_erasure(self.con, "retention", {self.spec.name: {"bronze": at_read}})
@@ -229,6 +232,19 @@ class Ingestor:
         report.files = sorted(self.results.values(), key=lambda r: (order.get(r.path, len(order)), r.path))
         report.seconds = time.perf_counter() - started
         return report
+
+    def _note_expired(self, hashes: set[str]) -> int:
+        """Note the expired records (their sha256) in ``lineage.expired_records``; returns how many
+        were not noted before."""
+        if not hashes:
+            return 0
+        with registered(self.con, "_fw_expired", pa.table({"h": sorted(hashes)})):
+            new = self.con.execute(
+                "select count(*) from _fw_expired where h not in "
+                "(select record_sha256 from lineage.expired_records where source = ?)", [self.spec.name]).fetchone()[0]
+            self.con.execute("insert or ignore into lineage.expired_records select ?, h from _fw_expired",
+                             [self.spec.name])
+        return int(new)
 
     def _check_bronze(self) -> None:
         """Before raw is reset to be rebuilt from bronze: every object bronze names is there. One

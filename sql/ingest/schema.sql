@@ -119,3 +119,12 @@ create table if not exists lineage.source_declarations (
     source varchar primary key,
     fingerprint varchar not null
 );
+
+-- Private: the records retention has counted, by a hash of their content: one past the window
+-- when first read is kept out of bronze, so a later read of it (its SQLite key range changed, a
+-- rebuild) finds it new again; counted once (engine.Ingestor.run).
+create table if not exists lineage.expired_records (
+    source varchar not null,
+    record_sha256 varchar not null,
+    primary key (source, record_sha256)
+);

@@ -20,9 +20,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# The identity rules (a blank id; an identity_sql naming no record) are the product's: what
-# this reference checks is the classification before them.
-from transforms.classify import _blank, _identified
 from transforms.spec import STORAGE_TYPE, Field, SourceSpec
 
 # json_valid accepts what strict JSON rejects: trailing commas (found in the raw text; the
@@ -224,6 +221,24 @@ loaded as (
     # DuckDB rejects bound parameters the text does not use.
     used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", sql)}
     return ClassifySql(sql=sql, params=used, columns=output_columns(spec))
+
+
+def _blank(t: str) -> str:
+    """Naively: nothing left once every whitespace character is removed."""
+    return f"length(regexp_replace({t}, '[ \\t\\r\\n]', '', 'g')) = 0"
+
+
+def _identified(spec: SourceSpec, derived: str) -> tuple[str, str]:
+    """Naively: the identity computed in a flagging step, the outcome columns patched after it."""
+    if spec.identity_sql is None:
+        return "", "\nselect *" + derived + "\nfrom loaded"
+    name = spec.identity[0]
+    nameless = f"(reason is null and {q(name)} is null)"
+    patched = {"reason": f"'bad_value:{name}'", "detail": f"'the identity ({name}) is empty: it names no record'",
+               "text": "__text"}
+    replaced = ", ".join(f"case when {nameless} then {v} else {k} end as {k}" for k, v in patched.items())
+    flagged = f"select *{derived}, {spec.identity_sql} as {q(name)} from loaded"
+    return ",\n    text as __text", f",\nflagged as ({flagged})\nselect * exclude (__text) replace ({replaced}) from flagged"
 
 
 def _dup_keys(v: str, root: bool = True) -> str:

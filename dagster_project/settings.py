@@ -290,7 +290,7 @@ class Settings:
     # the lake's identity (under the state dir), and the lake whose snapshots an export directory
     # holds (under its snapshot tree, publishing.snapshot.SNAPSHOTS)
     LAKE_ID = "lake_id.json"
-    EXPORT_OWNER = (".snapshots", "owner.json")
+    EXPORT_OWNER = (".snapshots", ".owner.json")  # (a dot name: not taken for a snapshot version)
 
     def _recorded(self, name: str, key: str):
         import json

@@ -110,8 +110,8 @@ def test_a_fifo_put_where_a_listed_file_was_is_unreadable_and_never_waited_on(se
     done = run_dying(settings, """
 from dagster_project.engine import engine as _engine
 _listing = _engine.listing
-def _racing(spec, raw_dir, unlisted=None):
-    found = _listing(spec, raw_dir, unlisted)
+def _racing(spec, raw_dir, unlisted=None, **kw):
+    found = _listing(spec, raw_dir, unlisted, **kw)
     for _, real in found:
         if real.endswith("_00000002.jsonl"):
             os.unlink(real)

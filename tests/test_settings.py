@@ -234,7 +234,7 @@ def test_an_export_directory_holding_another_lakes_snapshots_is_refused(settings
     settings = replace(settings, pseudonym_key="test-key")
     assert run_pipeline(settings).success
     published = current_version(settings.export_dir)
-    owner = settings.export_dir / ".snapshots" / "owner.json"
+    owner = settings.export_dir / ".snapshots" / ".owner.json"
     other = replace(settings, raw_dir=tmp_path / "raw_b", warehouse=tmp_path / "b" / "warehouse.duckdb")
     refusal = (f"FLYWHEEL_EXPORT_DIR={settings.export_dir} holds the snapshots of another lake (its state: "
                f"{settings.state_dir.resolve()}; recorded in {owner}): the run would publish over them; give this "
@@ -280,7 +280,7 @@ def test_steps_checking_their_settings_at_once_claim_the_export_directory_for_on
         for t in threads:
             t.join()
         lake = json.loads((settings.state_dir / "lake_id.json").read_text())["lake"]
-        assert json.loads((settings.export_dir / ".snapshots" / "owner.json").read_text())["lake"] == lake
+        assert json.loads((settings.export_dir / ".snapshots" / ".owner.json").read_text())["lake"] == lake
         settings.preflight()  # not refused
 
 

@@ -150,7 +150,8 @@ class Matcher:
             at = retention_time(text) if text else None
             if at is not None:  # None: unreadable, quarantined by the classifier, not a retention matter
                 if at < self.cutoff:
-                    self.expired.add(hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode("utf-8")).hexdigest())
+                    content = json.dumps(record, sort_keys=True, default=str).encode("utf-8")
+                    self.expired.add(hashlib.sha256(content).hexdigest())
                     return True
                 self.oldest_kept = at if self.oldest_kept is None else min(self.oldest_kept, at)
         return False

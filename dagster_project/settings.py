@@ -338,7 +338,8 @@ class Settings:
         return (f"FLYWHEEL_RAW_DIR={self.raw_dir} is not the raw root this lake was read from ({kept[-1]}, recorded in "
                 f"{self.state_dir / self.RAW_ROOT}): its files would be merged into that lake's for good; set "
                 f"FLYWHEEL_RAW_DIR={kept[-1]} again, or give another lake a FLYWHEEL_WAREHOUSE in a directory of its "
-                f"own (the state is the .flywheel beside it) and its own FLYWHEEL_EXPORT_DIR; if this lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={root}")
+                f"own (the state is the .flywheel beside it) and its own FLYWHEEL_EXPORT_DIR; if this lake moved, "
+                f"run once with FLYWHEEL_RAW_DIR_CONFIRM={root}")
 
     def _owner_file(self) -> Path:
         return self.export_dir.joinpath(*self.EXPORT_OWNER)

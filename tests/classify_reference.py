@@ -238,7 +238,8 @@ def _identified(spec: SourceSpec, derived: str) -> tuple[str, str]:
                "text": "__text"}
     replaced = ", ".join(f"case when {nameless} then {v} else {k} end as {k}" for k, v in patched.items())
     flagged = f"select *{derived}, {spec.identity_sql} as {q(name)} from loaded"
-    return ",\n    text as __text", f",\nflagged as ({flagged})\nselect * exclude (__text) replace ({replaced}) from flagged"
+    final = f",\nflagged as ({flagged})\nselect * exclude (__text) replace ({replaced}) from flagged"
+    return ",\n    text as __text", final
 
 
 def _dup_keys(v: str, root: bool = True) -> str:

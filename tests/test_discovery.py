@@ -107,7 +107,8 @@ def test_a_glob_over_the_whole_lake_never_reads_the_lakes_own_files(tmp_path):
     from dagster_project.sources import load_sources
 
     sources = tmp_path / "sources.yml"
-    sources.write_text(f"sources:\n  interactions:\n    globs: [{str(tmp_path / '**' / 'interactions' / '*.jsonl')!r}]\n")
+    glob = str(tmp_path / "**" / "interactions" / "*.jsonl")
+    sources.write_text(f"sources:\n  interactions:\n    globs: [{glob!r}]\n")
     settings = Settings.from_env({"FLYWHEEL_RAW_DIR": str(tmp_path / "raw"),
                                   "FLYWHEEL_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
                                   "FLYWHEEL_EXPORT_DIR": str(tmp_path / "exports"),

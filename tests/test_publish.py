@@ -241,7 +241,8 @@ def test_a_moved_lake_or_a_snapshot_damaged_by_hand_is_published_again(tmp_path)
     assert run_pipeline(copied).success
     new_root = old_root.rename(tmp_path / "moved")
     moved = replace(copied, raw_dir_confirm=new_root / "raw", **{
-        name: new_root / getattr(copied, name).relative_to(old_root) for name in ("raw_dir", "warehouse", "export_dir")})
+        name: new_root / getattr(copied, name).relative_to(old_root)
+        for name in ("raw_dir", "warehouse", "export_dir")})
     before = read_manifest(moved.export_dir)
 
     def sft_rows() -> int:

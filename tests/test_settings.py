@@ -302,7 +302,8 @@ def test_an_export_directory_holding_the_users_own_files_where_links_go_is_refus
         settings.preflight()
     assert refused.value.problems == [
         f"FLYWHEEL_EXPORT_DIR={export} holds {export / 'analytics'} (a file), which this pipeline did not write: a "
-        f"publish puts its link in that place; choose a directory of its own, e.g. FLYWHEEL_EXPORT_DIR={export / 'flywheel'}"]
+        f"publish puts its link in that place; choose a directory of its own, e.g. "
+        f"FLYWHEEL_EXPORT_DIR={export / 'flywheel'}"]
     (export / "analytics").unlink()
     (export / "training" / "notes.txt").write_text("mine\n")
     with pytest.raises(SettingsError) as refused:
@@ -340,7 +341,8 @@ def test_a_raw_root_other_than_the_lakes_is_read_only_when_confirmed(settings, t
         f"FLYWHEEL_RAW_DIR={tmp_path / 'other'} is not the raw root this lake was read from ({settings.raw_dir}, "
         f"recorded in {settings.state_dir / 'raw_root.json'}): its files would be merged into that lake's for good; "
         f"set FLYWHEEL_RAW_DIR={settings.raw_dir} again, or give another lake a FLYWHEEL_WAREHOUSE in a directory of "
-        f"its own (the state is the .flywheel beside it) and its own FLYWHEEL_EXPORT_DIR; if this lake moved, run once with FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
+        f"its own (the state is the .flywheel beside it) and its own FLYWHEEL_EXPORT_DIR; if this lake moved, "
+        f"run once with FLYWHEEL_RAW_DIR_CONFIRM={tmp_path / 'other'}"]
     assert ids() == ["1", "2"]
     (tmp_path / "link").symlink_to(settings.raw_dir)
     assert run_pipeline(replace(settings, raw_dir=tmp_path / "link")).success  # the same directory

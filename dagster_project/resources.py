@@ -12,6 +12,7 @@ import dagster as dg
 import duckdb
 from pydantic import PrivateAttr
 
+from dagster_project.engine import BronzeDamaged, LegacyStateError
 from dagster_project.settings import Settings, SettingsError
 from dagster_project.sources import load_sources
 from dagster_project.state import WRITER_TAGS, is_shared, shared_state, state_connection
@@ -160,10 +161,14 @@ class FlywheelResource(dg.ConfigurableResource):
     def state(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The writer's state database, under the single-writer lock. A table missing from it
         fails the step in words that say what to do: `dg launch --assets staging/interactions`
-        on a new state said only DuckDB's "Table with name feedback does not exist!"."""
+        on a new state said only DuckDB's "Table with name feedback does not exist!". What the
+        engine refuses to do to the lake's record (a rebuild with a bronze object gone, an older
+        version's raw) fails it in its own one line, not a class name and a traceback's last words."""
         with state_connection(self.settings()) as con:
             try:
                 yield con
+            except (BronzeDamaged, LegacyStateError) as exc:
+                raise dg.Failure(description=str(exc), allow_retries=False) from None
             except duckdb.CatalogException as exc:
                 missing = _MISSING_TABLE.search(str(exc))
                 if missing is None:

@@ -8,14 +8,12 @@ accounting identity; staging: the Great Expectations suite, ``tables.gx_checks``
 
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import dagster as dg
 
 from dagster_project import versions
-from dagster_project.engine import BronzeDamaged, Ingestor, LegacyStateError, check_accounting
+from dagster_project.engine import Ingestor, check_accounting
 from dagster_project.engine.discovery import no_files_warning
 from dagster_project.executor import SOURCE_TAG
 from dagster_project.expectations import FUTURE_SLACK
@@ -35,16 +33,6 @@ from transforms.staging import added_rows_in_scope, note_still_current, refresh_
 class IngestConfig(dg.Config):
     full_refresh: bool = False
     """Drop this source's raw/staging/accounting, replay its bronze record, then read what is new."""
-
-
-@contextmanager
-def _refusals() -> Iterator[None]:
-    """What the engine refuses to do to the lake's record, as the step's one line (not a class
-    name and a traceback's last words)."""
-    try:
-        yield
-    except (BronzeDamaged, LegacyStateError) as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
 
 
 def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
@@ -67,7 +55,7 @@ def ingest_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         # when missing, by the first step, so that its warning is shown (privacy creates it silently)
         flywheel.pseudonym_key(context.log)
         live_spec = flywheel.sources().get(spec.name)
-        with flywheel.state() as con, _refusals():
+        with flywheel.state() as con:
             if live_spec is None:
                 # Its files are not read; what the lake holds is kept, published, and still under
                 # retention and erasure (a disabled source skipped both: an erased session came

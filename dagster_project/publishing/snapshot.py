@@ -275,8 +275,10 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         # its ledger row, or the warehouse would not say why that record is missing
         built = versions.built_by(con)
         excluded = _excluded(con, run_id, built)
-        damage = _damage(snaps / previous_version, previous) if previous else None
-        if previous and damage is None and _unchanged(plans, before, excluded):
+        unchanged = bool(previous) and _unchanged(plans, before, excluded)
+        # an unchanged snapshot stands for this run only if it stands whole where it is
+        damage = _damage(snaps / previous_version, previous) if unchanged else None
+        if unchanged and damage is None:
             _note_input_versions(con, snaps / previous_version, previous, plans, inputs, tables)
             _record_snapshot(con, run_id, previous_version, "unchanged")
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed

@@ -104,7 +104,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         value, checks = _typed_expr(f, i, params)
         if f.name in spec.identity and f.type == "string":
             # an empty id names no record: every line with one collapsed into one under last-wins
-            checks.append((f"{_blank(f't{i}')}", "'the identity is empty or only whitespace: it names no record'"))
+            checks.append((f"{blank(f't{i}')}", "'the identity is empty or only whitespace: it names no record'"))
         typed.append(f"{value} as t{i}")
         if f.time:
             timed += _time_exprs(f, i, params, spec.time_zone)
@@ -199,7 +199,7 @@ windowed as (
 classified as (
   select *,
     case
-      when not is_valid and trim(text, e' \\t\\r\\n') = '' then 'blank'
+      when not is_valid and {blank('text')} then 'blank'
       when not is_valid then 'invalid_json'
       when root_type = 'OBJECT' and ({nonstandard}) then 'strict_check'
       when root_type <> 'OBJECT' then 'not_an_object'
@@ -237,8 +237,8 @@ loaded as (
     return ClassifySql(sql=sql, params=used, columns=output_columns(spec))
 
 
-def _blank(t: str) -> str:
-    """True when text ``t`` is empty or only whitespace."""
+def blank(t: str) -> str:
+    """SQL: text ``t`` is empty or only whitespace (a blank line; an id naming no record)."""
     return f"trim({t}, e' \\t\\r\\n') = ''"
 
 

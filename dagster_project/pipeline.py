@@ -71,14 +71,9 @@ def ensure_instance_config(home: Path) -> None:
     config = home / "dagster.yaml"
     if config.exists() or not INSTANCE_CONFIG.is_file() or config.resolve() == INSTANCE_CONFIG.resolve():
         return
-    tmp = home / f".dagster.yaml.{os.getpid()}"
-    tmp.write_bytes(INSTANCE_CONFIG.read_bytes())
-    try:
-        os.link(tmp, config)  # never over one another process just wrote
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
+    from dagster_project.engine.bronze import create_once
+
+    create_once(config, INSTANCE_CONFIG.read_bytes())  # never over one another process just wrote
 
 
 @contextmanager

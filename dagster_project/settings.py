@@ -77,6 +77,12 @@ def project_root_for(cwd: Path) -> Path | None:
     return PROJECT_ROOT
 
 
+# What a publish writes in the export directory (publishing.snapshot: SNAPSHOTS, CURRENT and the
+# links through it): its snapshot tree, and the links it puts in place of whatever is there.
+SNAPSHOT_TREE = ".snapshots"
+EXPORT_LINKS = ("current", "training", "analytics")
+
+
 @dataclass(frozen=True)
 class Settings:
     raw_dir: Path
@@ -118,8 +124,7 @@ class Settings:
         """What the lake writes itself, never a source's files: its state, its snapshot tree and
         the links a publish puts in the export directory (not the export directory itself: a raw
         root inside it lost every producer file to the exclusion)."""
-        return (self.state_dir, self.export_dir / ".snapshots",
-                *(self.export_dir / name for name in ("current", "training", "analytics")))
+        return (self.state_dir, self.export_dir / SNAPSHOT_TREE, *(self.export_dir / name for name in EXPORT_LINKS))
 
     @property
     def state_dir(self) -> Path:
@@ -290,7 +295,7 @@ class Settings:
     # the lake's identity (under the state dir), and the lake whose snapshots an export directory
     # holds (under its snapshot tree, publishing.snapshot.SNAPSHOTS)
     LAKE_ID = "lake_id.json"
-    EXPORT_OWNER = (".snapshots", ".owner.json")  # (a dot name: not taken for a snapshot version)
+    EXPORT_OWNER = (SNAPSHOT_TREE, ".owner.json")  # (a dot name: not taken for a snapshot version)
 
     def _recorded(self, name: str, key: str):
         import json
@@ -366,28 +371,16 @@ class Settings:
     def _claim_export_dir(self) -> None:
         """This lake's identity (made once) recorded as the export directory's owner."""
         import json
-        import tempfile
         import uuid
 
-        from dagster_project.engine.bronze import _atomic_write
+        from dagster_project.engine.bronze import _atomic_write, create_once
 
         lake = self._recorded(self.LAKE_ID, "lake")
         if lake is None:
             # Created once, whoever is first: the steps of a Dagster run check their settings at
             # once, and two ids written one over the other left the export directory owned by
             # the one this lake did not keep (every run refused from then on).
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-lake-")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(json.dumps({"lake": uuid.uuid4().hex}).encode("utf-8"))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.link(tmp, self.state_dir / self.LAKE_ID)  # fails if another made it first
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(tmp)
+            create_once(self.state_dir / self.LAKE_ID, json.dumps({"lake": uuid.uuid4().hex}).encode("utf-8"))
             lake = self._recorded(self.LAKE_ID, "lake")
         owner = {"lake": lake, "state": str(self.state_dir.resolve())}
         try:
@@ -417,7 +410,7 @@ def _foreign_export(export_dir: Path) -> str | None:
     content gone), or a directory that is not an older version's layout (its Parquet datasets,
     moved aside into ``.snapshots/.legacy-*``: a user's ``training/notes.txt`` went there
     without a word)."""
-    for name in ("current", "training", "analytics"):
+    for name in EXPORT_LINKS:
         path = export_dir / name
         if path.is_symlink() or not os.path.lexists(path):
             continue

@@ -245,14 +245,37 @@ def _frame(pieces: list[memoryview]) -> bytes:
     return pa.compress(pieces[0] if len(pieces) == 1 else b"".join(pieces), "zstd", asbytes=True)
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+def _durable_temp(directory: Path, data: bytes) -> str:
+    """A temp file in ``directory`` holding ``data``, fsynced; its path."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def create_once(target: Path, data: bytes) -> None:
+    """``target`` holding ``data``, unless a file is there already: one another process made
+    first is never replaced (a link fails where a rename would overwrite)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _durable_temp(target.parent, data)
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _durable_temp(target.parent, data)
+    try:
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

@@ -36,6 +36,8 @@ TABLES: dict[str, str] = {
                                "kept out of it when first read), so that reading one again counts it once.",
     "lineage.shared_paths": "Private: per raw file, its path as the training and analytics datasets publish it "
                             "(a session's part of its name keyed), computed once per file and key.",
+    "lineage.published_key": "Private: the pseudonym key (its sha256) the last snapshot was published with; a run "
+                             "publishing with another one warns that every pseudonym changed.",
     "lineage.raw_tombstones": "Private: raw rows a SQLite delete flagged since staging last looked (they keep "
                               "their observed_seq), consumed by the next staging build.",
     "ingest.excluded": "One row per row a `drop` expectation kept out of a table, per run: which row (key, "
@@ -199,6 +201,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "lineage.shared_paths.rule": "sha256 of the pseudonym key's hash and the rule it was computed with; another "
                                  "key or rule recomputes every row.",
     "lineage.bronze_known.state": "The file's state as JSON (bronze Entry.state: watermark, size, mtime, inode, ctime...).",
+    "lineage.published_key.key_sha256": "sha256 of the pseudonym key.",
+    "lineage.published_key.snapshot": "The snapshot published with it (the last one).",
     "lineage.expired_records.record_sha256": "sha256 of the record's JSON (keys sorted).",
     "lineage.bronze_known.seq": "The bronze entry the state is from (for tracing; the cache is read by path).",
     "lineage.source_declarations.fingerprint": "sha256 of the source's declaration but its globs and description "

@@ -192,12 +192,12 @@ def prepare_state(con, settings: Settings) -> None:
     failures ``mark_failed`` left for this run to record."""
     from dagster_project import privacy, validation, versions
     from dagster_project.engine import ensure_schema
-    from dagster_project.publishing.snapshot import ensure_shared_paths
+    from dagster_project.publishing.snapshot import ensure_publish_tables
     from transforms import delta, staging
 
     ensure_schema(con)
     con.execute(privacy.SCHEMA)  # published from the first run: an analyst's query finds it empty
-    ensure_shared_paths(con)
+    ensure_publish_tables(con)
     for schema in ("lineage", "marts", "exports"):
         con.execute(f"create schema if not exists {schema}")
     versions.ensure_tables(con)

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from conftest import PROJECT, dumps, held_open, interaction, write_lines
 from dagster_project.cli import app
+from dagster_project.publishing.snapshot import read_manifest
 from dagster_project.settings import Settings
 
 KNOWN = ("eventlog, feedback, interactions, legacy_log, outcomes, session_ratings, signals, "
@@ -577,6 +578,30 @@ def test_a_generated_pseudonym_key_is_warned_about_once(env):
     assert env.pseudonym_key_file.is_file()
     again = invoke("run")
     assert again.exit_code == 0 and warned not in again.output
+
+
+def test_a_run_with_another_pseudonym_key_says_every_pseudonym_changed(env, monkeypatch):
+    """Setting FLYWHEEL_PSEUDONYM_KEY on a lake that ran with a generated key (or changing it)
+    republished every pseudonym of the shared datasets without a word: an analyst's joins with
+    earlier snapshots stopped matching. The run says which snapshot had the other key, once."""
+    shutil.copytree(PROJECT / "data" / "raw", env.raw_dir, dirs_exist_ok=True)  # the sample's sessions
+    monkeypatch.setenv("FLYWHEEL_AS_OF", "2026-04-03")
+    said = "is not the one snapshot"
+    assert invoke("run").exit_code == 0
+    first = read_manifest(env.export_dir)["version"]
+    monkeypatch.setenv("FLYWHEEL_PSEUDONYM_KEY", "a-new-key")
+    rekeyed = invoke("run")
+    assert rekeyed.exit_code == 0, rekeyed.output
+    [line] = [line for line in rekeyed.output.splitlines() if said in line]
+    assert f"pseudonym key (FLYWHEEL_PSEUDONYM_KEY) is not the one snapshot {first} was published with" in line
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    assert said in con.execute("select warnings from ingest.runs order by started_at desc limit 1").fetchone()[0][-1]
+    con.close()
+    again = invoke("run")
+    assert again.exit_code == 0 and said not in again.output
+    monkeypatch.delenv("FLYWHEEL_PSEUDONYM_KEY")  # the generated key again
+    back = invoke("run")
+    assert f"pseudonym key (the key in {env.pseudonym_key_file}, FLYWHEEL_PSEUDONYM_KEY unset)" in back.output
 
 
 @pytest.mark.parametrize("args, said", [

@@ -67,6 +67,8 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
             result = publish_snapshot(
                 con, export_dir=settings.export_dir, warehouse=settings.warehouse, run_id=context.run_id,
                 pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
+                key_origin="FLYWHEEL_PSEUDONYM_KEY" if settings.pseudonym_key
+                else f"the key in {settings.pseudonym_key_file}, FLYWHEEL_PSEUDONYM_KEY unset",
                 allow_empty=settings.allow_empty, watermarks=watermarks(con))
         except Exception:
             # A publish refused (an emptied dataset) or failed: the expired records must not stay

@@ -189,11 +189,28 @@ def shared_select(table: str, columns: list[str]) -> str:
     return f"select * rename ({', '.join(rename)}) from ({replaced})" if rename else replaced
 
 
-def ensure_shared_paths(con: duckdb.DuckDBPyConnection) -> None:
+def ensure_publish_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Created before a run's steps (``pipeline.prepare_state``), so the snapshot step's comments
-    reach it before its first publish; and by a publish of a state no run prepared."""
+    reach them before its first publish; and by a publish of a state no run prepared."""
     con.execute(f"create table if not exists {SHARED_PATHS} "
                 "(path varchar primary key, shared varchar not null, rule varchar)")
+    con.execute(f"create table if not exists {PUBLISHED_KEY} (key_sha256 varchar not null, snapshot varchar not null)")
+
+
+def key_changed(con: duckdb.DuckDBPyConnection, secret: str | None) -> str | None:
+    """The snapshot published with another pseudonym key than ``secret`` (its sha256), if the
+    last publish that noted one was: every pseudonym of the shared datasets changes with the key."""
+    row = con.execute(f"select key_sha256, snapshot from {PUBLISHED_KEY}").fetchone()
+    return row[1] if row and row[0] != secret else None
+
+
+def _note_key(con: duckdb.DuckDBPyConnection, secret: str | None, version: str, *, keep: bool = False) -> None:
+    """``PUBLISHED_KEY``: the key ``version`` was published with (``keep``: only if none is noted,
+    for a snapshot found unchanged: a lake upgraded from a version that noted none)."""
+    if secret is None or (keep and con.execute(f"select count(*) from {PUBLISHED_KEY}").fetchone()[0]):
+        return
+    con.execute(f"delete from {PUBLISHED_KEY}")
+    con.execute(f"insert into {PUBLISHED_KEY} values (?, ?)", [secret, version])
 
 
 def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patterns: list[str]) -> None:
@@ -205,7 +222,7 @@ def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patter
     from transforms.pseudonyms import provenance_sql
 
     rule = hashlib.sha256(f"{secret}|{provenance_sql('path', patterns)}".encode()).hexdigest()
-    ensure_shared_paths(con)
+    ensure_publish_tables(con)
     con.execute(f"delete from {SHARED_PATHS} where rule is distinct from ?", [rule])
     con.execute(f"insert into {SHARED_PATHS} select path, fw_provenance(path), ? from "
                 f"(select distinct path from ingest.files) where path not in (select path from {SHARED_PATHS})",
@@ -216,6 +233,8 @@ def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patter
 # person's id a file name carries is keyed, and a path outside the raw root loses its directories.
 PROVENANCE_PATHS = ("path", "chosen_path", "rejected_path")
 SHARED_PATHS = "lineage.shared_paths"
+# The pseudonym key (its sha256) of the last snapshot published: a run with another one says so.
+PUBLISHED_KEY = "lineage.published_key"
 
 
 def name_ids() -> list[str]:
@@ -232,9 +251,10 @@ def name_ids() -> list[str]:
 def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, warehouse: Path, run_id: str,
                      pseudonym_key: bytes, keep: int = 5, allow_empty: bool = False,
                      watermarks: dict | None = None, hook: Hook | None = None,
-                     writers: int = WRITERS) -> PublishResult:
+                     writers: int = WRITERS, key_origin: str = "FLYWHEEL_PSEUDONYM_KEY") -> PublishResult:
     """Publish every table of ``con`` (the state database) as one snapshot, or nothing.
-    ``writers``: tables hashed and written at once, each on a connection of its own."""
+    ``writers``: tables hashed and written at once, each on a connection of its own;
+    ``key_origin``: where ``pseudonym_key`` came from, for a warning that it changed."""
     from transforms.pseudonyms import register
 
     if keep < 1:
@@ -253,13 +273,17 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
             register(each, pseudonym_key, patterns)  # a connection's own macros
         _gate_validations(con, run_id)
         _ensure_run_columns(con)
-        note_shared_paths(con, versions.secret_hash(pseudonym_key), patterns)
+        secret = versions.secret_hash(pseudonym_key)
+        note_shared_paths(con, secret, patterns)
+        rekeyed = [f"the pseudonym key ({key_origin}) is not the one snapshot {since} was published with: every "
+                   "pseudonym of the training and analytics datasets changed with it (session_pseudonym, keyed ids, "
+                   "file names) and no longer matches earlier snapshots'; if that was not meant, set the earlier key "
+                   "back and run again"] if (since := key_changed(con, secret)) else []
         previous_version = current_version(export_dir)
         previous = read_manifest(export_dir) or {}
         before = previous.get("datasets", {})
         published = datasets(con)
         tables = versions.versions_of(con, [d.table for d in published])
-        secret = versions.secret_hash(pseudonym_key)
         inputs = {d.path: _input_version(d, tables.get(d.table), secret) for d in published}
         # The run log changes every run and never decides "changed": it is hashed only to publish.
         # An unchanged dataset is its manifest entry (no statement); the others are hashed on
@@ -281,6 +305,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         if unchanged and damage is None:
             _note_input_versions(con, snaps / previous_version, previous, plans, inputs, tables)
             _record_snapshot(con, run_id, previous_version, "unchanged")
+            _note_key(con, secret, previous_version, keep=True)
             ensure_links(export_dir, warehouse)  # idempotent; repairs a link someone removed
             return PublishResult("unchanged", previous_version, snaps / previous_version, previous,
                                  seconds=round(time.perf_counter() - started, 3),
@@ -294,7 +319,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
 
         created = datetime.now(timezone.utc)
         version = _next_version(snaps, created, run_id)
-        _record_snapshot(con, run_id, version, "published")
+        _record_snapshot(con, run_id, version, "published", warnings=rekeyed)
         # the run log now holds this run; datasets keep their order in the manifest
         run_log = [d for d in published if d.path not in plans]
         plans.update(zip((d.path for d in run_log), on_connections(
@@ -326,6 +351,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         hook("linked")
         prune(export_dir, keep)
         versions.prune_changes(con)  # the day lists older snapshots asked for, no longer needed
+        _note_key(con, secret, version)
     parts = [p for pl in plans.values() for p in pl.parts]
     return PublishResult(
         "published", version, snap, manifest,
@@ -333,7 +359,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         files_written=sum(not p.reused for p in parts), files_reused=sum(p.reused for p in parts),
         seconds=round(time.perf_counter() - started, 3), hashed=[p for p, pl in plans.items() if not pl.from_manifest],
         warnings=privacy_warnings + ([f"snapshot {previous_version} was not whole where it stands ({damage}): "
-                                      "published again"] if damage else []))
+                                      "published again"] if damage else []) + rekeyed)
 
 
 def _write_snapshot(cons: list[duckdb.DuckDBPyConnection], snap: Path, plans: dict[str, Plan], objects: Path,
@@ -678,10 +704,11 @@ def _ensure_run_columns(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("alter table ingest.runs add column if not exists snapshot_status varchar")
 
 
-def _record_snapshot(con: duckdb.DuckDBPyConnection, run_id: str, version: str | None, status: str) -> None:
+def _record_snapshot(con: duckdb.DuckDBPyConnection, run_id: str, version: str | None, status: str,
+                     warnings: list[str] | None = None) -> None:
     from dagster_project.state import record_run
 
-    record_run(con, run_id, mode="incremental", status="success")
+    record_run(con, run_id, mode="incremental", status="success", warnings=warnings)
     con.execute("update ingest.runs set snapshot = ?, snapshot_status = ? where run_id = ?", [version, status, run_id])
 
 

@@ -52,13 +52,14 @@ from dagster_project.publishing import parquet
 from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit,
                                                 on_connections, plan, q, write_all)
 from dagster_project.privacy import MENTION_MIN
+from dagster_project.settings import EXPORT_LINKS, SNAPSHOT_TREE
 from dagster_project.state import side_cursors
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
 
 FORMAT = "flywheel-snapshot/1"
-SNAPSHOTS = ".snapshots"
+SNAPSHOTS = SNAPSHOT_TREE
 OBJECTS = ".objects"
-CURRENT = "current"
+CURRENT = EXPORT_LINKS[0]  # the link publishing moves; the others go through it
 MANIFEST = "manifest.json"
 WAREHOUSE_FILE = "warehouse.duckdb"
 TRAINING = ("sft", "kto", "dpo", "weighted")
@@ -734,7 +735,7 @@ def ensure_links(export_dir: Path, warehouse: Path) -> None:
     """
     export_dir = Path(os.path.abspath(export_dir))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    for name in ("training", "analytics"):
+    for name in EXPORT_LINKS[1:]:
         _point(export_dir / name, f"{CURRENT}/{name}", export_dir / SNAPSHOTS / f".legacy-{stamp}-{name}")
     warehouse = Path(os.path.abspath(warehouse))
     warehouse.parent.mkdir(parents=True, exist_ok=True)

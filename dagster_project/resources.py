@@ -42,21 +42,27 @@ class FlywheelResource(dg.ConfigurableResource):
     export_dir: str | None = None
     sources_file: str | None = None
     _run_state: ExitStack | None = PrivateAttr(default=None)
+    _unread: Settings | None = PrivateAttr(default=None)  # a run's settings with a bad value (``ledger_settings``)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """A run (not a sensor's or schedule's evaluation, nor a finished run's result) opens the
         state database once, for all its steps, as ``flywheel run`` does: one connection, a
         cursor of it for each step thread (``executor``), the shared bookkeeping tables created
         before the first step. Settings that cannot even be read are left to the steps, which
-        each fail naming them."""
+        each fail naming them; the run is still recorded failed at its teardown, in the lake's
+        state if it has one. Nothing is created where the warehouse may not be (a mistyped path
+        made a run write a state database into a producer's directory before its steps refused it)."""
         run = context.dagster_run
         if run is None or run.is_finished:
             return
         try:
             settings = self.settings()
         except dg.Failure:
+            self._unread = self.ledger_settings()
             return
         if is_shared(settings):  # flywheel run holds it already
+            return
+        if not settings.state_dir.exists() and settings.location_problems():
             return
         from dagster_project.history import holder_tags
         from dagster_project.pipeline import prepare_state, sweep_dead_runs
@@ -75,6 +81,14 @@ class FlywheelResource(dg.ConfigurableResource):
             self._run_state = stack.pop_all()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._unread is not None:
+            # The flywheel_mark_failed_runs sensor could not record it either: it reads the same
+            # settings (and never sees a `dg launch` run).
+            from dagster_project.pipeline import mark_failed, run_events, step_failures
+
+            _, _, error = step_failures(run_events(context.instance, context.dagster_run.run_id))
+            mark_failed(self._unread, context.dagster_run.run_id, error or "bad settings", wait_seconds=30)
+            self._unread = None
         if self._run_state is None:
             return
         try:
@@ -116,6 +130,15 @@ class FlywheelResource(dg.ConfigurableResource):
         except SettingsError as exc:
             # A clean step failure naming each bad variable, not a traceback into settings.py.
             raise dg.Failure(description=f"bad settings: {exc}", allow_retries=False) from None
+        return self._configured(base)
+
+    def ledger_settings(self) -> Settings:
+        """Where the lake's state is, whatever the other settings' values (one that cannot be read
+        is left at its default): what records a run failed by a bad value, and fails the runs
+        killed meanwhile (the sensors read the same settings, and failed on every tick)."""
+        return self._configured(Settings.from_env(lenient=True))
+
+    def _configured(self, base: Settings) -> Settings:
         changes = {
             name: Path(value).expanduser()
             for name, value in (("raw_dir", self.raw_dir), ("warehouse", self.warehouse),
@@ -164,7 +187,10 @@ class FlywheelResource(dg.ConfigurableResource):
         on a new state said only DuckDB's "Table with name feedback does not exist!". What the
         engine refuses to do to the lake's record (a rebuild with a bronze object gone, an older
         version's raw) fails it in its own one line, not a class name and a traceback's last words."""
-        with state_connection(self.settings()) as con:
+        settings = self.settings()
+        if not settings.state_dir.exists() and (problems := settings.location_problems()):
+            raise dg.Failure(description=f"bad settings: {SettingsError(problems)}", allow_retries=False)
+        with state_connection(settings) as con:
             try:
                 yield con
             except (BronzeDamaged, LegacyStateError) as exc:

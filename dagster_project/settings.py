@@ -136,8 +136,11 @@ class Settings:
         return self.state_dir / "state.duckdb"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, cwd: Path | None = None) -> "Settings":
-        """Read and check every ``FLYWHEEL_*`` variable; raise one ``SettingsError`` listing all problems.
+    def from_env(cls, env: dict[str, str] | None = None, cwd: Path | None = None, *,
+                 lenient: bool = False) -> "Settings":
+        """Read and check every ``FLYWHEEL_*`` variable; raise one ``SettingsError`` listing all problems
+        (``lenient``: a value that cannot be read is left at its default instead; the paths are
+        read alike, so that a run failing on a bad value can still be recorded where the lake is).
 
         A relative path set in the environment is relative to the current directory; the
         defaults are relative to the project checkout when the command runs anywhere inside it
@@ -207,20 +210,16 @@ class Settings:
             step_threads=parse("FLYWHEEL_STEP_THREADS", 2, int, "2", check=lambda v: 1 <= v <= 16,
                                rule="a whole number from 1 (one step at a time) to 16"),
         )
-        if problems:
+        if problems and not lenient:
             raise SettingsError(problems)
         return settings
 
-    def preflight(self, *, need_raw: bool = True) -> None:
-        """Check the file system before a run writes anything: the raw root exists, the warehouse
-        and export paths can be written, the sources file loads. All problems at once."""
-        from dagster_project.sources import SourcesConfigError, load_sources
-
+    def location_problems(self) -> list[str]:
+        """Why ``warehouse`` is no place for this lake's warehouse link and state (the state
+        directory beside it): checked before anything is created there, by ``preflight`` and by a
+        Dagster run's resource (a mistyped path made a run write a state database into a
+        producer's directory before its steps refused the setting)."""
         problems: list[str] = []
-        if need_raw and not self.raw_dir.is_dir():
-            what = "is not a directory" if self.raw_dir.exists() else "does not exist"
-            problems.append(f"FLYWHEEL_RAW_DIR={self.raw_dir} {what}: point it at the root of the raw lake, "
-                            f"e.g. FLYWHEEL_RAW_DIR={PROJECT_ROOT / 'data' / 'raw'}")
         if self.warehouse.is_dir():
             problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is a directory: name the database file, "
                             f"e.g. FLYWHEEL_WAREHOUSE={self.warehouse / 'warehouse.duckdb'}")
@@ -241,6 +240,30 @@ class Settings:
             # at its first commit)
             problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse}: {problem}; choose a writable place, "
                             f"e.g. FLYWHEEL_WAREHOUSE={Path.home() / 'flywheel' / 'warehouse.duckdb'}")
+        if (inside := self._inside_raw("FLYWHEEL_WAREHOUSE", self.warehouse, self.state_dir, "warehouse.duckdb")):
+            problems.append(inside)
+        return problems
+
+    def _inside_raw(self, name: str, value: Path, inside: Path, example: str) -> str | None:
+        """``inside`` (what ``name`` puts there) lies under the raw root: a source's glob
+        (``**/*.jsonl``) then reads the lake's own bronze and exports (every run quarantined some
+        of them and published again)."""
+        if self.raw_dir.is_dir() and inside.resolve().is_relative_to(raw := self.raw_dir.resolve()):
+            return (f"{name}={value} is inside FLYWHEEL_RAW_DIR={self.raw_dir}: the lake would read its "
+                    f"own files; put it beside the raw root, e.g. {name}={raw.parent / example}")
+        return None
+
+    def preflight(self, *, need_raw: bool = True) -> None:
+        """Check the file system before a run writes anything: the raw root exists, the warehouse
+        and export paths can be written, the sources file loads. All problems at once."""
+        from dagster_project.sources import SourcesConfigError, load_sources
+
+        problems: list[str] = []
+        if need_raw and not self.raw_dir.is_dir():
+            what = "is not a directory" if self.raw_dir.exists() else "does not exist"
+            problems.append(f"FLYWHEEL_RAW_DIR={self.raw_dir} {what}: point it at the root of the raw lake, "
+                            f"e.g. FLYWHEEL_RAW_DIR={PROJECT_ROOT / 'data' / 'raw'}")
+        problems += self.location_problems()
         if self.export_dir.exists() and not self.export_dir.is_dir():
             problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir} is a file: name a directory, "
                             f"e.g. FLYWHEEL_EXPORT_DIR={self.export_dir.parent / 'exports'}")
@@ -251,14 +274,8 @@ class Settings:
             problems.append(f"FLYWHEEL_EXPORT_DIR={self.export_dir} holds {foreign}, which this pipeline did not "
                             "write: a publish puts its link in that place; choose a directory of its own, e.g. "
                             f"FLYWHEEL_EXPORT_DIR={self.export_dir / 'flywheel'}")
-        raw = self.raw_dir.resolve()
-        for name, value, inside, example in (("FLYWHEEL_WAREHOUSE", self.warehouse, self.state_dir, "warehouse.duckdb"),
-                                             ("FLYWHEEL_EXPORT_DIR", self.export_dir, self.export_dir, "exports")):
-            if self.raw_dir.is_dir() and inside.resolve().is_relative_to(raw):
-                # a source's glob (``**/*.jsonl``) then reads the lake's own bronze and exports:
-                # every run quarantined some of them and published again
-                problems.append(f"{name}={value} is inside FLYWHEEL_RAW_DIR={self.raw_dir}: the lake would read its "
-                                f"own files; put it beside the raw root, e.g. {name}={raw.parent / example}")
+        if (inside := self._inside_raw("FLYWHEEL_EXPORT_DIR", self.export_dir, self.export_dir, "exports")):
+            problems.append(inside)
         today = datetime.now(timezone.utc).date()
         if self.as_of is not None and (self.as_of - today).days > 1:  # (a day's slack: time zones)
             # retention erases from the lake (bronze) what is older than its window as of the run

@@ -293,6 +293,44 @@ def test_a_bad_setting_is_named_once_in_the_runs_error_line(lake, monkeypatch):
                     f"{', '.join([step for step, _ in failures][:3])}, …)")
 
 
+def test_a_run_failed_by_a_bad_setting_is_recorded_in_the_lakes_ledger(lake, monkeypatch):
+    """A Dagster run (the schedule, `dg launch`) failed by a value that cannot be read was in no
+    ledger: its resource, and the failure sensor, read the same settings and gave up, so
+    `flywheel status` went on showing the last success. The lake's state is found all the same."""
+    import duckdb
+
+    defs, keys = ingest_and_staging_assets()
+    asset = next(a for a in defs.assets if dg.AssetKey(["ingest", "interactions"]) in a.keys)
+    assert dg.materialize([asset], resources={"flywheel": resource_for(lake)}).success
+    monkeypatch.setenv("FLYWHEEL_EVAL_FRACTION", "2")
+    failed = dg.materialize([asset], resources={"flywheel": resource_for(lake)}, raise_on_error=False)
+    assert not failed.success
+    con = duckdb.connect(str(lake.state_db), read_only=True)
+    [(status, error)] = con.execute("select status, error from ingest.runs where run_id = ?", [failed.run_id]).fetchall()
+    con.close()
+    assert status == "failed" and error.startswith("ingest__interactions: bad settings: FLYWHEEL_EVAL_FRACTION='2' is not"), error
+
+
+@pytest.mark.parametrize("where", ["inside the raw root", "a directory"])
+def test_a_mistyped_warehouse_path_creates_nothing_there(lake, where):
+    """A run's resource opened (and so created) the state database beside the warehouse before any
+    step checked the setting: a path into the raw root put a `.flywheel` state, its lock and its
+    run list in a producer's directory. Each step now fails naming it, having created nothing."""
+    from dataclasses import replace
+
+    target = lake.raw_dir / "feedback" / "warehouse.duckdb" if where == "inside the raw root" else lake.raw_dir.parent
+    wrong = replace(lake, warehouse=target)
+    before = sorted(p for p in lake.raw_dir.parent.rglob("*"))
+    defs = load_definitions()
+    picked = [a for a in defs.assets if {dg.AssetKey(["ingest", "interactions"]), dg.AssetKey(["staging", "feedback"])}
+              & set(a.keys)]
+    result = dg.materialize(picked, resources={"flywheel": resource_for(wrong)}, raise_on_error=False)
+    failures = [e.step_failure_data.user_failure_data.description for e in result.all_events
+                if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert len(failures) == 2 and all(f.startswith(f"bad settings: FLYWHEEL_WAREHOUSE={target} ") for f in failures)
+    assert sorted(p for p in lake.raw_dir.parent.rglob("*")) == before
+
+
 def test_a_missing_raw_root_fails_the_ingest_step_and_marks_no_file_missing(lake, tmp_path):
     from dataclasses import replace
 

@@ -144,7 +144,7 @@ def mark_failed_runs(context: dg.RunFailureSensorContext, flywheel: FlywheelReso
         or context.failure_event.message or "run failed"
     # The next run may hold the database already (one run at a time, queued): wait less than the
     # sensor's own timeout; mark_failed leaves the failure for that run to record otherwise.
-    mark_failed(flywheel.settings(), context.dagster_run.run_id, error, wait_seconds=30)
+    mark_failed(flywheel.ledger_settings(), context.dagster_run.run_id, error, wait_seconds=30)
 
 
 @dg.run_status_sensor(
@@ -174,7 +174,7 @@ def fail_dead_runs(context: dg.SensorEvaluationContext, flywheel: FlywheelResour
     # daemon, evaluating this on the same host, can free the queue by itself.
     from dagster_project.pipeline import sweep_dead_runs
 
-    dead = sweep_dead_runs(context.instance, flywheel.settings(), wait_seconds=30)
+    dead = sweep_dead_runs(context.instance, flywheel.ledger_settings(), wait_seconds=30)
     if not dead:
         return dg.SkipReason("no run of the pipeline whose process is gone")
     return dg.SkipReason(f"failed {len(dead)} run(s) whose process is gone: {', '.join(r.run_id[:8] for r in dead)}")

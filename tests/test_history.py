@@ -113,6 +113,24 @@ def test_the_sensor_prunes_after_a_successful_run(home, settings, monkeypatch):
         assert set(dagster.get_run_ids()) == set(ours[2:])
 
 
+def test_a_run_launched_in_process_prunes_the_history_itself(home, settings, monkeypatch):
+    """`dg launch` (from cron, no daemon) runs in-process, where the prune sensor never sees it:
+    Dagster's history grew by every such run for good. Its resource prunes as the run ends."""
+    from dagster_project.definitions import load_definitions
+    from dagster_project.resources import FlywheelResource
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                [dumps(interaction(i)) for i in range(3)])
+    monkeypatch.setenv("FLYWHEEL_KEEP_RUNS", "1")
+    asset = next(a for a in load_definitions().assets if dg.AssetKey(["ingest", "interactions"]) in a.keys)
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        earlier = runs_in(dagster, 3)
+        launched = dg.materialize([asset], instance=dagster, resources={"flywheel": FlywheelResource(
+            raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse), export_dir=str(settings.export_dir))})
+        assert launched.success
+        assert set(dagster.get_run_ids()) == {earlier[-1], launched.run_id}
+
+
 @pytest.mark.slow
 def test_flywheel_run_deletes_the_history_beyond_keep_runs_after_each_run(settings, home, monkeypatch):
     from dataclasses import replace

@@ -444,6 +444,10 @@ def test_kill_9_at_any_stage_leaves_a_complete_current_snapshot(sample, tmp_path
     if stage == "objects_staged":  # killed with the new objects written but neither fsynced nor named
         assert list((tmp_path / "exports" / SNAPSHOTS / ".objects").glob(".tmp-*"))
     committed = stage in ("committed", "linked")
+    # a snapshot directory the kill left uncommitted is no kept snapshot (`flywheel status`
+    # listed it, with no run and no rows, until the next publish removed it)
+    assert [s["run_id"] for s in list_snapshots(tmp_path / "exports")] == (
+        ["killed-run", "first-run"] if committed else ["first-run"])
     manifest = verify_snapshot(tmp_path / "exports")
     assert manifest["run_id"] == ("killed-run" if committed else "first-run")
     con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)

@@ -821,9 +821,7 @@ def _remove_leftovers(export_dir: Path) -> None:
     snaps = export_dir / SNAPSHOTS
     current = current_version(export_dir)
     for version in _versions(snaps):
-        # Versions are creation times: one newer than ``current`` never became current. Without a
-        # ``current`` link only manifest-less (half-built) directories are surely leftovers.
-        if (version > current) if current else not (snaps / version / MANIFEST).exists():
+        if _uncommitted(snaps, version, current):
             shutil.rmtree(snaps / version, ignore_errors=True)
     for tmp in (snaps / OBJECTS).glob(".tmp-*"):  # temp objects, and the directories COPY wrote them to
         if tmp.is_dir() and not tmp.is_symlink():
@@ -832,6 +830,12 @@ def _remove_leftovers(export_dir: Path) -> None:
             tmp.unlink(missing_ok=True)
     for link in export_dir.glob(f".{CURRENT}.link-*"):
         link.unlink(missing_ok=True)
+
+
+def _uncommitted(snaps: Path, version: str, current: str | None) -> bool:
+    """Versions are creation times: one newer than ``current`` never became current. Without a
+    ``current`` link only a manifest-less (half-built) directory surely is not a snapshot."""
+    return version > current if current else not (snaps / version / MANIFEST).exists()
 
 
 def _kept_manifests(snaps: Path) -> Iterator[dict | None]:
@@ -914,11 +918,15 @@ def _fault_hook(hook: Hook | None) -> Hook:
 # ---------------------------------------------------------------------------------------------
 
 def list_snapshots(export_dir: Path) -> list[dict]:
-    """Kept snapshots, newest first: version, path, current, run_id, created_at, datasets, rows."""
+    """Kept snapshots, newest first: version, path, current, run_id, created_at, datasets, rows.
+    Not a directory a publish has not committed (being written now, or left by a killed one for
+    the next publish to remove, ``_remove_leftovers``)."""
     snaps = snapshots_dir(export_dir)
     current = current_version(export_dir)
     out = []
     for version in _versions(snaps):
+        if _uncommitted(snaps, version, current):
+            continue
         manifest = read_manifest(export_dir, version) or {}
         shared = {p: d for p, d in manifest.get("datasets", {}).items() if d.get("kind") != "internal"}
         out.append({"version": version, "path": str(snaps / version), "current": version == current,

@@ -311,7 +311,8 @@ def environment(settings: Settings) -> Iterator[None]:
         "FLYWHEEL_SEAL_AFTER": f"{settings.seal_after_seconds}s",
         "FLYWHEEL_MAX_LINE_BYTES": str(settings.max_line_bytes),
         "FLYWHEEL_SOURCES": str(settings.sources_file) if settings.sources_file else None,
-        "FLYWHEEL_AS_OF": settings.as_of.isoformat() if settings.as_of else None,
+        # the run's date, once: each step read "today" for itself (a run across midnight UTC)
+        "FLYWHEEL_AS_OF": settings.run_date.isoformat(),
         "FLYWHEEL_PSEUDONYM_KEY": settings.pseudonym_key,
         "FLYWHEEL_DPO_MAX_PAIRS": str(settings.dpo_max_pairs),
         "FLYWHEEL_EVAL_FRACTION": str(settings.eval_fraction),

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from datetime import date
 from pathlib import Path
 
 import dagster as dg
@@ -43,6 +44,7 @@ class FlywheelResource(dg.ConfigurableResource):
     sources_file: str | None = None
     _run_state: ExitStack | None = PrivateAttr(default=None)
     _unread: Settings | None = PrivateAttr(default=None)  # a run's settings with a bad value (``ledger_settings``)
+    _run_date: date | None = PrivateAttr(default=None)  # today when the run started (``settings``)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """A run (not a sensor's or schedule's evaluation, nor a finished run's result) opens the
@@ -57,6 +59,9 @@ class FlywheelResource(dg.ConfigurableResource):
             return
         try:
             settings = self.settings()
+            # One run, one date: each step read "today" for itself, so a run across midnight UTC
+            # applied retention as of one day in its ingest and built the marts as of the next
+            self._run_date = settings.run_date
         except dg.Failure:
             self._unread = self.ledger_settings()
             return
@@ -81,6 +86,12 @@ class FlywheelResource(dg.ConfigurableResource):
             self._run_state = stack.pop_all()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        try:
+            self._teardown(context)
+        finally:
+            self._run_date = None
+
+    def _teardown(self, context: dg.InitResourceContext) -> None:
         if self._unread is not None:
             # The flywheel_mark_failed_runs sensor could not record it either: it reads the same
             # settings (and never sees a `dg launch` run).
@@ -151,6 +162,8 @@ class FlywheelResource(dg.ConfigurableResource):
                                 ("export_dir", self.export_dir), ("sources_file", self.sources_file))
             if value
         }
+        if base.as_of is None and self._run_date is not None:
+            changes["as_of"] = self._run_date
         return replace(base, **changes)
 
     def checked_settings(self) -> Settings:

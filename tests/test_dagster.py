@@ -311,6 +311,43 @@ def test_a_run_failed_by_a_bad_setting_is_recorded_in_the_lakes_ledger(lake, mon
     assert status == "failed" and error.startswith("ingest__interactions: bad settings: FLYWHEEL_EVAL_FRACTION='2' is not"), error
 
 
+def test_a_run_across_midnight_keeps_one_date(lake, monkeypatch):
+    """Each step read "today" for itself: a run across midnight UTC applied retention as of one
+    day in its ingest and built the marts (retention, signal decay) as of the next. A run's
+    date is now read once, as it starts: by its resource, and by `flywheel run` for its steps."""
+    from datetime import datetime, timedelta, timezone
+
+    from dagster_project import settings as settings_module
+    from dagster_project.pipeline import environment
+    from dagster_project.settings import Settings
+
+    clock = {"now": datetime(2026, 3, 1, 23, 59, 59, tzinfo=timezone.utc)}
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return clock["now"]
+
+    monkeypatch.setattr(settings_module, "datetime", Clock)
+
+    @dg.asset
+    def reads_the_date_twice(flywheel: FlywheelResource) -> dg.MaterializeResult:
+        first = flywheel.settings().run_date
+        clock["now"] += timedelta(seconds=2)  # midnight passes while the run goes on
+        return dg.MaterializeResult(metadata={"dates": f"{first} {flywheel.settings().run_date}"})
+
+    result = dg.materialize([reads_the_date_twice], resources={"flywheel": resource_for(lake)})
+    [event] = result.get_asset_materialization_events()
+    assert event.materialization.metadata["dates"].value == "2026-03-01 2026-03-01"
+    assert resource_for(lake).settings().run_date.isoformat() == "2026-03-02"  # a new run: today again
+
+    clock["now"] = datetime(2026, 3, 1, 23, 59, 59, tzinfo=timezone.utc)
+    monkeypatch.delenv("FLYWHEEL_AS_OF", raising=False)
+    with environment(Settings.from_env()):  # what `flywheel run` gives its steps
+        clock["now"] += timedelta(seconds=2)
+        assert Settings.from_env().run_date.isoformat() == "2026-03-01"
+
+
 @pytest.mark.parametrize("where", ["inside the raw root", "a directory"])
 def test_a_mistyped_warehouse_path_creates_nothing_there(lake, where):
     """A run's resource opened (and so created) the state database beside the warehouse before any

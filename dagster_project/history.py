@@ -154,6 +154,16 @@ def process_gone(process: str) -> bool:
     return now is not None and now != start
 
 
+def killed(run: dg.DagsterRun) -> str | None:
+    """How ``run`` ended, if its own process is gone (it tagged itself: ``holder_tags``): the
+    line ``ingest.runs`` records for it, whoever failed it (Dagster's run monitor said only "This
+    run has been marked as failed from outside the execution context")."""
+    process = run.tags.get(HOLDER_TAG, "")
+    if run.tags.get(HOLDER_RUN_TAG) != run.run_id or not process_gone(process):
+        return None
+    return f"killed while it ran (its process {shown(process)} is gone)"
+
+
 def report_dead(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> None:
     for run in runs:
         instance.report_run_failed(run, f"its process ({shown(run.tags[HOLDER_TAG])}) is gone: killed while it ran")

@@ -17,7 +17,7 @@ import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, holder_tags, host, process_gone,
+from dagster_project.history import (Pruned, dead_runs, holder, holder_tags, host, killed, process_gone,
                                      prune_runs, report_dead, shown)
 from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
@@ -473,7 +473,7 @@ def sweep_dead_runs(dagster: dg.DagsterInstance, settings: Settings, exclude: st
     dead = dead_runs(dagster, exclude)
     report_dead(dagster, dead)
     for run in dead:
-        mark_failed(settings, run.run_id, f"killed while it ran (its process {shown(run.tags[HOLDER_TAG])} is gone)",
+        mark_failed(settings, run.run_id, killed(run) or "killed while it ran",
                     mode=run.tags.get("flywheel/mode", "incremental"), wait_seconds=wait_seconds)
     return dead
 

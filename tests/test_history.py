@@ -131,6 +131,40 @@ def test_a_run_launched_in_process_prunes_the_history_itself(home, settings, mon
         assert set(dagster.get_run_ids()) == {earlier[-1], launched.run_id}
 
 
+def test_the_failure_sensor_records_a_run_whose_process_is_gone_as_killed(home, settings, monkeypatch):
+    """A daemon run whose worker was killed (-9) is failed by Dagster's run monitor before the
+    dead-runs sweep sees it: the failure sensor recorded Dagster's words, "This run has been
+    marked as failed from outside the execution context", where the sweep says what happened."""
+    import duckdb
+
+    from dagster_project.defs.automation import mark_failed_runs
+    from dagster_project.engine import ensure_schema
+    from dagster_project.history import HOLDER_RUN_TAG, HOLDER_TAG, host
+    from dagster_project.resources import FlywheelResource
+    from dagster_project.state import state_connection
+
+    with state_connection(settings) as con:  # a lake that has run
+        ensure_schema(con)
+    run_id = "00000000-0000-4000-8000-0000000dead1"
+    process = f"{host()}:{os.getpid()}@1"  # this pid, another start: the process that had it is gone
+    with dg.DagsterInstance.from_config(str(home)) as dagster:
+        dagster.add_run(DagsterRun(job_name="flywheel_job", run_id=run_id, status=dg.DagsterRunStatus.STARTED,
+                                   tags={**WRITER_TAGS, HOLDER_TAG: process, HOLDER_RUN_TAG: run_id}))
+        dagster.report_run_failed(dagster.get_run_by_id(run_id),
+                                  "This run has been marked as failed from outside the execution context")
+        [failure] = dagster.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        with dg.build_run_status_sensor_context(
+            sensor_name="flywheel_mark_failed_runs", dagster_instance=dagster,
+            dagster_run=dagster.get_run_by_id(run_id), dagster_event=failure.dagster_event,
+            resources={"flywheel": FlywheelResource(raw_dir=str(settings.raw_dir), warehouse=str(settings.warehouse),
+                                                    export_dir=str(settings.export_dir))}) as context:
+            mark_failed_runs(context.for_run_failure())
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    assert con.execute("select status, error from ingest.runs where run_id = ?", [run_id]).fetchall() == [
+        ("failed", f"killed while it ran (its process {host()}:{os.getpid()} is gone)")]
+    con.close()
+
+
 @pytest.mark.slow
 def test_flywheel_run_deletes_the_history_beyond_keep_runs_after_each_run(settings, home, monkeypatch):
     from dataclasses import replace

@@ -9,7 +9,7 @@ import dagster as dg
 
 from dagster_project.engine.discovery import listing
 from dagster_project.executor import threaded_executor
-from dagster_project.history import prune_runs
+from dagster_project.history import killed, prune_runs
 from dagster_project.resources import FlywheelResource
 from dagster_project.settings import Settings
 from dagster_project.sources import load_sources
@@ -140,7 +140,8 @@ def mark_failed_runs(context: dg.RunFailureSensorContext, flywheel: FlywheelReso
     # says only "dagster._core.errors.DagsterAssetCheckFailedError: 1 blocking asset check failed")
     _, _, error = step_failures(run_events(context.instance, context.dagster_run.run_id))
     data = context.failure_event.job_failure_data
-    error = error or (data.error.message.strip() if data is not None and data.error is not None else "") \
+    error = error or killed(context.dagster_run) \
+        or (data.error.message.strip() if data is not None and data.error is not None else "") \
         or context.failure_event.message or "run failed"
     # The next run may hold the database already (one run at a time, queued): wait less than the
     # sensor's own timeout; mark_failed leaves the failure for that run to record otherwise.

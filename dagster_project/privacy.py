@@ -538,7 +538,7 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
     (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots).
     ``legacy``: an older layout's exports moved aside too (``_scrub_legacy``; retention, which
     reaches staging tables only, has none to scrub there, and every run would look at them)."""
-    from dagster_project.publishing.parquet import fsync_dir, fsync_file, seal, sha256_file
+    from dagster_project.publishing.parquet import fsync_dir, fsync_file, lit, seal, sha256_file
     from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
                                                      manifest_objects, snapshots_dir)
 
@@ -563,9 +563,21 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                 if not where:
                     continue
                 for f in entry["files"]:
+                    file = snaps / version / path / f["name"]
+                    if _replaced_unnoted(f, file, snaps / OBJECTS):
+                        # An earlier scrub replaced the file, then stopped before it wrote this
+                        # manifest (a full export disk): the file is clean, but the manifest named
+                        # the old object, which kept the rows for good, and no longer matched.
+                        sha = sha256_file(file)
+                        key = f"erased-{sha[:40]}"
+                        obj = snaps / OBJECTS / f"{key}.parquet"
+                        if not obj.exists():
+                            _link(file, obj)
+                        rows = con.execute(f"select count(*) from read_parquet({lit(file)})").fetchone()[0]
+                        _noted(entry, f, rows=rows, bytes=obj.stat().st_size, sha256=sha, object=key)
+                        changed = True
                     if (f["object"], where) in clean:
                         continue
-                    file = snaps / version / path / f["name"]
                     tmp = snaps / OBJECTS / f".tmp-erase-{os.getpid()}.parquet"
                     n = _copy_without(con, file, where, tmp)
                     if not n:
@@ -584,11 +596,7 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                     _link(obj, link)  # a copy where the file system has no hard links
                     os.replace(link, file)
                     fsync_dir(file.parent)
-                    f.update(rows=f["rows"] - n, bytes=obj.stat().st_size, sha256=sha, object=key, reused=False)
-                    entry["rows"] -= n
-                    entry["content_hash"] = hashlib.sha256(
-                        "".join(x["sha256"] for x in entry["files"]).encode()).hexdigest()
-                    entry.pop("appended_through", None)  # its files no longer end where the table did
+                    _noted(entry, f, rows=f["rows"] - n, bytes=obj.stat().st_size, sha256=sha, object=key)
                     removed += n
                     changed = True
             if changed:
@@ -608,6 +616,27 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
             touched += bool(n)
     con.close()
     return removed, touched
+
+
+def _replaced_unnoted(f: dict, file: Path, objects: Path) -> bool:
+    """The snapshot's ``file`` is not the object its manifest entry ``f`` names: the same inode (a
+    stat), else (a file system without hard links: copies) the same sha256."""
+    from dagster_project.publishing.parquet import sha256_file
+
+    try:
+        if os.path.samefile(file, objects / f"{f['object']}.parquet"):
+            return False
+    except FileNotFoundError:
+        pass
+    return sha256_file(file) != f["sha256"]
+
+
+def _noted(entry: dict, f: dict, **now) -> None:
+    """A manifest ``entry``'s file ``f`` is now ``now`` (rows, bytes, sha256, object)."""
+    entry["rows"] += now["rows"] - f["rows"]
+    f.update(now, reused=False)
+    entry["content_hash"] = hashlib.sha256("".join(x["sha256"] for x in entry["files"]).encode()).hexdigest()
+    entry.pop("appended_through", None)  # its files no longer end where the table did
 
 
 def _scrub_legacy(con: duckdb.DuckDBPyConnection, directory: Path, condition) -> int:

@@ -322,6 +322,39 @@ def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_on
     assert sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*")) == objects
 
 
+def test_a_snapshot_scrub_stopped_half_way_is_finished_with_a_true_manifest_and_no_old_object(lake, monkeypatch):
+    """A kept snapshot's scrub (retention, `flywheel forget`) replaces its files one by one and
+    writes its manifest after them. Stopped in between (the export disk full), the next scrub
+    found the replaced file clean and skipped it: the manifest went on naming the old object,
+    which kept the removed rows for good, and verify_snapshot failed on that snapshot."""
+    from dagster_project import privacy
+    from dagster_project.publishing import parquet
+
+    snaps = snapshots_dir(lake.export_dir)
+    files = sorted((snaps / _versions(snaps)[0] / "internal" / "staging.session_ratings").glob("*.parquet"))
+    reader = duckdb.connect()
+    middle = reader.execute("select quantile_disc(recorded_at, 0.5)::varchar from read_parquet(?)",
+                            [[str(f) for f in files]]).fetchone()[0]
+    where = f"recorded_at < '{middle}'::timestamptz"
+    condition = lambda table, columns: where if table == "staging.session_ratings" else None  # noqa: E731
+    fsync_dir = parquet.fsync_dir
+
+    def disk_full(path):  # right after the first file is replaced, before the manifest
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parquet, "fsync_dir", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        privacy.scrub_snapshots(lake.export_dir, condition)
+    monkeypatch.setattr(parquet, "fsync_dir", fsync_dir)
+    privacy.scrub_snapshots(lake.export_dir, condition)
+    for version in _versions(snaps):
+        verify_snapshot(lake.export_dir, version)
+    for obj in (snaps / ".objects").glob("*.parquet"):
+        columns = [c[0] for c in reader.execute(f"describe select * from read_parquet('{obj}')").fetchall()]
+        if "recorded_at" in columns and "session_id_opaque" in columns:
+            assert reader.execute(f"select count(*) from read_parquet('{obj}') where {where}").fetchone()[0] == 0
+
+
 @pytest.mark.slow
 def test_forgetting_a_short_id_takes_only_the_rows_it_names(lake):
     """A user id of one character ("7") is in the text of nearly every row: the kept snapshots

@@ -149,3 +149,31 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     assert rows(con, "select count(*), count(distinct id), min(ingest_run_id), max(ingest_run_id) "
                      "from raw.interactions") == [(600, 600, "run-1", "run-1")]
     assert rows(con, "select count(*) from ingest.file_events where event = 'unreadable'") == [(0,)]
+
+
+def test_a_commit_that_cannot_write_its_log_fails_with_its_own_error(tmp_path):
+    """A commit whose write-ahead log cannot be written (a full disk; here the file-size limit, a
+    real write failing in DuckDB) ends its transaction: the rollback after it raised "cannot
+    rollback - no transaction is active", the only error the step reported."""
+    import subprocess
+    import sys
+
+    script = """
+import os, resource, signal, sys
+import duckdb
+from transforms.sqlfiles import transaction
+con = duckdb.connect(sys.argv[1])
+con.execute("create table t (s varchar)")
+con.execute("checkpoint")
+limit = os.path.getsize(sys.argv[1]) + 100_000
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+with transaction(con):
+    con.execute("insert into t select repeat('x', 1000) || i from range(20000) r(i)")
+"""
+    db = tmp_path / "state.duckdb"
+    failed = subprocess.run([sys.executable, "-c", script, str(db)], capture_output=True, text=True, timeout=120,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert failed.returncode == 1
+    last = failed.stderr.strip().splitlines()[-1]
+    assert f'Failed to commit: Could not write file "{db}.wal": File too large' in last, failed.stderr

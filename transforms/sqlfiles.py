@@ -23,13 +23,18 @@ SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """The block as one transaction: committed when it ends, rolled back when it (or the commit)
-    raises, and the error raised again."""
+    raises, and the error raised again. A commit that fails (its write-ahead log not written: a
+    full disk) has ended the transaction already: its rollback's "no transaction is active" was
+    the only error a step reported, the disk never named."""
     con.execute("begin transaction")
     try:
         yield
         con.execute("commit")
     except BaseException:
-        con.execute("rollback")
+        try:
+            con.execute("rollback")
+        except duckdb.TransactionException:
+            pass  # no transaction left to roll back: the error to raise is the one that ended it
         raise
 
 

@@ -49,6 +49,12 @@ def fail(lines: list[str] | str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _locked_out(exc: BaseException) -> bool:
+    """DuckDB could not open the state database because another process holds it (its lock);
+    not any other IO error (a full disk said "another process holds it" too)."""
+    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
 def _said(exc: BaseException) -> str:
     """An exception's first line (DuckDB's carry hints and context after it), else its type."""
     text = str(exc).strip()
@@ -89,10 +95,10 @@ def _run(settings: Settings, **kwargs):
         fail(exc.problems)
     except (WarehouseBusy, LegacyStateError) as exc:  # (legacy: `quarantine replay`, before any step)
         fail(str(exc), 1)
-    except duckdb.IOException as exc:
-        fail(f"{settings.state_db}: cannot open the state database, another process holds it ({_said(exc)}); "
-             "close that connection and run again", 1)
     except (duckdb.Error, OSError) as exc:  # outside any step (a full disk, a lost mount): one line
+        if _locked_out(exc):
+            fail(f"{settings.state_db}: cannot open the state database, another process holds it ({_said(exc)}); "
+                 "close that connection and run again", 1)
         if VERBOSE["on"]:
             import traceback
 
@@ -241,9 +247,12 @@ def forget(
         fail(f"{exc}; then {retry}", 1)
     except WarehouseBusy as exc:  # a run holds the writer lock
         fail(f"{exc}; then {retry}", 1)
-    except duckdb.IOException as exc:  # another process's connection to the state database
-        fail(f"{settings.state_db}: another process holds it ({_said(exc)}); "
-             f"close that connection and {retry}", 1)
+    except (duckdb.Error, OSError) as exc:
+        if _locked_out(exc):  # another process's connection to the state database
+            fail(f"{settings.state_db}: another process holds it ({_said(exc)}); "
+                 f"close that connection and {retry}", 1)
+        # (a full disk, a lost mount): what was erased stays erased; a retry does the rest
+        fail(f"the erasure stopped: {_said(exc)}; {again}", 1)
     console.print(done.summary(), highlight=False, soft_wrap=True)
 
 

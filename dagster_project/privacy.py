@@ -989,6 +989,13 @@ def compact_state(settings: Settings) -> None:
     try:
         con.execute(f"attach '{db}' as old (read_only); attach '{fresh}' as new; copy from database old to new")
         con.execute("detach old; detach new")
+    except BaseException:
+        # (a full disk): the partial copy, as big as what it copied, stayed on that disk, and
+        # the next run failed for want of its space
+        con.close()
+        for leftover in (fresh, Path(f"{fresh}.wal")):
+            leftover.unlink(missing_ok=True)
+        raise
     finally:
         con.close()
     os.replace(fresh, db)

@@ -356,6 +356,36 @@ def test_a_snapshot_scrub_stopped_half_way_is_finished_with_a_true_manifest_and_
 
 
 @pytest.mark.slow
+def test_a_forget_on_a_full_disk_says_so_in_one_line_and_leaves_no_partial_copy(lake):
+    """A write that fails (here the file-size limit: the state database's compaction copy cannot
+    grow past half its size) was reported as "another process holds it", or as a traceback; and
+    the compaction's partial copy, as big as what it had copied, stayed on the full disk."""
+    import resource
+    import signal
+
+    limit = lake.state_db.stat().st_size // 2
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails (EFBIG), as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "FLYWHEEL_RAW_DIR": str(lake.raw_dir), "FLYWHEEL_WAREHOUSE": str(lake.warehouse),
+           "FLYWHEEL_EXPORT_DIR": str(lake.export_dir), "FLYWHEEL_AS_OF": lake.as_of.isoformat(),
+           "FLYWHEEL_PSEUDONYM_KEY": lake.pseudonym_key, "PYTHONPATH": str(PROJECT)}
+    failed = subprocess.run([sys.executable, "-m", "dagster_project.cli", "forget", "--session", SESSION],
+                            cwd=lake.warehouse.parent, env=env, capture_output=True, text=True, timeout=900,
+                            preexec_fn=limited)
+    assert failed.returncode == 1, failed.stderr
+    [said] = [line for line in failed.stdout.splitlines() + failed.stderr.splitlines() if line.startswith("error:")]
+    assert said.startswith("error: the erasure stopped: ") and said.endswith(
+        f"fix the cause and run `flywheel forget --session ...` again with the same id to finish"), said
+    assert "Traceback" not in failed.stderr
+    assert not list(lake.state_dir.glob("*.compact*"))
+    assert cli(lake, "forget", "--session", SESSION).returncode == 0
+    assert SESSION.encode() not in lake.state_db.read_bytes()
+
+
+@pytest.mark.slow
 def test_forgetting_a_short_id_takes_only_the_rows_it_names(lake):
     """A user id of one character ("7") is in the text of nearly every row: the kept snapshots
     were scrubbed of every row containing it (the interactions and training sets emptied) and

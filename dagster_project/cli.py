@@ -99,11 +99,22 @@ def _run(settings: Settings, **kwargs):
         if _locked_out(exc):
             fail(f"{settings.state_db}: cannot open the state database, another process holds it ({_said(exc)}); "
                  "close that connection and run again", 1)
-        if VERBOSE["on"]:
-            import traceback
+        _stopped(exc)
+    except Exception as exc:  # noqa: BLE001 (Dagster's own storage: a full or damaged DAGSTER_HOME)
+        from dagster_project.pipeline import dagster_home
 
-            traceback.print_exc()
-        fail(f"the run stopped: {_said(exc)}; `flywheel status` shows what is published (-v: the traceback)", 1)
+        # (a traceback of 120 lines ending in sqlalchemy's words)
+        _stopped(exc, f"Dagster's run history in DAGSTER_HOME={dagster_home()} could not be read or written: "
+                 if type(exc).__module__.startswith("sqlalchemy") else f"{type(exc).__name__}: ")
+
+
+def _stopped(exc: BaseException, what: str = "") -> None:
+    """A run stopped outside its steps, in one line (``-v``: and its traceback)."""
+    if VERBOSE["on"]:
+        import traceback
+
+        traceback.print_exception(exc)
+    fail(f"the run stopped: {what}{_said(exc)}; `flywheel status` shows what is published (-v: the traceback)", 1)
 
 
 def _print_pruned(result, settings: Settings) -> None:

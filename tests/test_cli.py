@@ -604,6 +604,21 @@ def test_a_run_with_another_pseudonym_key_says_every_pseudonym_changed(env, monk
     assert f"pseudonym key (the key in {env.pseudonym_key_file}, FLYWHEEL_PSEUDONYM_KEY unset)" in back.output
 
 
+def test_a_damaged_dagster_history_stops_the_run_in_one_line(env, monkeypatch, tmp_path):
+    """Dagster's own storage failing (a full or damaged DAGSTER_HOME: sqlite's "database or disk
+    is full", "file is not a database") ended `flywheel run` in a traceback of 120 lines."""
+    home = tmp_path / "dagster_home"
+    (home / "history" / "runs").mkdir(parents=True)
+    for name in ("history/runs.db", "history/runs/index.db"):
+        (home / name).write_bytes(b"not a database " * 500)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("FLYWHEEL_DAGSTER_EPHEMERAL", "0")
+    result = CliRunner().invoke(app, ["run", "--quiet"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert (f"error: the run stopped: Dagster's run history in DAGSTER_HOME={home} could not be read or written: "
+            "(sqlite3.DatabaseError) file is not a database;") in " ".join(result.output.split()), result.output
+
+
 @pytest.mark.parametrize("args, said", [
     (("quarantine", "list", "--limit", "-1"), "Invalid value for '--limit'"),  # a DuckDB traceback
     (("synth", "lake", "--interactions", "-5"), "Invalid value for '--interactions'"),  # an empty lake, exit 0

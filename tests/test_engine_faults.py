@@ -177,3 +177,24 @@ with transaction(con):
     assert failed.returncode == 1
     last = failed.stderr.strip().splitlines()[-1]
     assert f'Failed to commit: Could not write file "{db}.wal": File too large' in last, failed.stderr
+
+
+def test_a_bronze_write_that_fails_names_where(tmp_path):
+    """A write to an open file names no file: a full disk under bronze was a bare "[Errno 28] No
+    space left on device" on the step's line. (The file-size limit fails the write for real.)"""
+    import subprocess
+    import sys
+
+    script = """
+import resource, signal, sys
+from pathlib import Path
+from dagster_project.engine.bronze import _durable_temp
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+_durable_temp(Path(sys.argv[1]), b"x" * 5000)
+"""
+    failed = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                            timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines()[-1].startswith(f"OSError: [Errno 27] File too large: '{tmp_path}/.tmp-")
+    assert list(tmp_path.iterdir()) == []  # no temp file left

@@ -253,6 +253,12 @@ def _durable_temp(directory: Path, data: bytes) -> str:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+    except OSError as exc:
+        os.unlink(tmp)
+        if exc.filename is not None:
+            raise
+        # a write to an open file names none: a full disk was a bare "[Errno 28] No space left on device"
+        raise OSError(exc.errno, exc.strerror, tmp) from exc
     except BaseException:
         os.unlink(tmp)
         raise

@@ -506,11 +506,17 @@ def _note_input_versions(con: duckdb.DuckDBPyConnection, snap: Path, manifest: d
 def _write_manifest(snap: Path, manifest: dict) -> None:
     """Replace ``snap``'s manifest whole or not at all: temp file, fsync, rename."""
     tmp = snap / f".{MANIFEST}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        # one string, one write: json.dump writes every token on its own (~50 ms for 1,400 files)
-        fh.write(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            # one string, one write: json.dump writes every token on its own (~50 ms for 1,400 files)
+            fh.write(json.dumps(manifest, indent=1, ensure_ascii=False, default=str))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        # a write to an open file names none: a full disk was a bare "[Errno 28] No space left on device"
+        raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
     os.replace(tmp, snap / MANIFEST)
 
 

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dagster_project.settings import Settings, SettingsError
-from dagster_project.state import RUN_FIELDS, recent_runs
+from dagster_project.state import RUN_FIELDS, pending_failures, recent_runs
 
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -302,11 +302,18 @@ def _print_runs(runs: list[dict], run_id: str | None) -> None:
                       highlight=False, soft_wrap=True)
 
 
+def _with_pending(settings: Settings, runs: list[dict]) -> list[dict]:
+    """``runs``, after the failed runs not recorded yet (``state.pending_failures``)."""
+    pending = pending_failures(settings)
+    listed = {r["run_id"] for r in pending}
+    return pending + [r for r in runs if r["run_id"] not in listed]
+
+
 def _print_status(settings: Settings, run_id: str | None = None) -> None:
     if not settings.warehouse.exists():
         # runs that failed before any publish: their errors are what a first-time user needs
         # (a Dagster-only operator whose first launches failed saw only "run `flywheel run` first")
-        _print_runs(recent_runs(settings) or [], run_id)
+        _print_runs(_with_pending(settings, recent_runs(settings) or []), run_id)
         _print_writer(settings)
     con = _reader(settings)
     try:
@@ -332,7 +339,7 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
             dict(zip(RUN_FIELDS, row)) for row in con.execute(
                 "select run_id, mode, status, started_at::varchar, finished_at::varchar, lines_read, rows_loaded, "
                 "rows_quarantined, null, error from ingest.runs order by started_at desc limit 5").fetchall()]
-        _print_runs(runs, run_id)
+        _print_runs(_with_pending(settings, runs), run_id)
         _print_writer(settings)
         if published:
             _print_excluded(con, settings, run_id or published[0])

@@ -21,7 +21,7 @@ from dagster_project.history import (Pruned, dead_runs, holder, holder_tags, hos
                                      prune_runs, report_dead, shown)
 from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
-from dagster_project.state import shared_state, state_connection, writer_lock
+from dagster_project.state import PENDING_FAILURES, shared_state, state_connection, writer_lock
 
 
 @dataclass
@@ -505,7 +505,6 @@ def short_error(failure_data) -> str:
     return error.message.strip() if error is not None else "unknown error"
 
 
-PENDING_FAILURES = "failed_runs"  # under the state dir: failures recorded by the next run
 
 
 def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "incremental",

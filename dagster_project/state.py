@@ -406,6 +406,28 @@ def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: i
     return None
 
 
+PENDING_FAILURES = "failed_runs"  # under the state dir: failures the next run records (``pipeline.mark_failed``)
+
+
+def pending_failures(settings: Settings) -> list[dict]:
+    """The failed runs ``ingest.runs`` does not hold yet (another run held it, or it could not be
+    written: a full disk), newest first, as ``recent_runs`` gives runs: `flywheel status` showed
+    the last success while every run failed on a full disk."""
+    import json
+
+    runs = []
+    for path in (settings.state_dir / PENDING_FAILURES).glob("*.json"):
+        try:
+            failure = json.loads(path.read_text(encoding="utf-8"))
+            at = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
+        except (OSError, ValueError):
+            continue
+        if isinstance(failure, dict) and failure.get("run_id"):
+            runs.append({**dict.fromkeys(RUN_FIELDS), "run_id": failure["run_id"], "mode": failure.get("mode"),
+                         "status": "failed", "started_at": at, "error": failure.get("error")})
+    return sorted(runs, key=lambda r: r["started_at"], reverse=True)
+
+
 def recent_runs(settings: Settings) -> list[dict] | None:
     """The runs ``save_recent_runs`` wrote, newest first; None when there is no such file (a state
     from before it) or it cannot be read."""

@@ -604,6 +604,23 @@ def test_a_run_with_another_pseudonym_key_says_every_pseudonym_changed(env, monk
     assert f"pseudonym key (the key in {env.pseudonym_key_file}, FLYWHEEL_PSEUDONYM_KEY unset)" in back.output
 
 
+def test_status_lists_a_failed_run_not_yet_in_the_ledger(env):
+    """A failure that could not be written to ingest.runs (another run held it; a full disk) waits
+    in the state directory for the next run: meanwhile `flywheel status` showed the last success,
+    run after failing run."""
+    from dagster_project.state import PENDING_FAILURES
+
+    assert invoke("run", "--quiet").exit_code == 0
+    pending = env.state_dir / PENDING_FAILURES
+    pending.mkdir()
+    (pending / "0f00ba11-run.json").write_text(json.dumps(
+        {"run_id": "0f00ba11-run", "mode": "incremental", "error": "the run stopped: [Errno 28] No space left"}))
+    out = " ".join(invoke("status").output.split())
+    assert "run 0f00ba11 failed: the run stopped: [Errno 28] No space left" in out, out
+    assert invoke("run", "--quiet").exit_code == 0  # the next run records it: listed once
+    assert " ".join(invoke("status").output.split()).count("run 0f00ba11 failed:") == 1
+
+
 def test_a_damaged_dagster_history_stops_the_run_in_one_line(env, monkeypatch, tmp_path):
     """Dagster's own storage failing (a full or damaged DAGSTER_HOME: sqlite's "database or disk
     is full", "file is not a database") ended `flywheel run` in a traceback of 120 lines."""

@@ -538,7 +538,7 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
     (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots).
     ``legacy``: an older layout's exports moved aside too (``_scrub_legacy``; retention, which
     reaches staging tables only, has none to scrub there, and every run would look at them)."""
-    from dagster_project.publishing.parquet import fsync_dir, fsync_file, lit, seal, sha256_file
+    from dagster_project.publishing.parquet import fsync_dir, lit, seal, sha256_file
     from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
                                                      manifest_objects, snapshots_dir)
 
@@ -546,9 +546,11 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
     if not snaps.exists():
         return 0, 0
     removed = touched = 0
-    # Kept snapshots hard-link the same immutable objects: an object with no matching row is read
-    # once per call, not once per snapshot linking it (retention runs this every run).
-    clean: set[tuple[str, str]] = set()
+    # Kept snapshots hard-link the same immutable objects: a file with no matching row is read
+    # once per call, not once per snapshot linking it (retention runs this every run). By the
+    # file itself (its inode), not the object its manifest names: they differ after a scrub
+    # stopped between the two (below).
+    clean: set[tuple[int, int, str]] = set()
     known: set[str] = set()  # the objects the kept manifests name, once scrubbed
     con = duckdb.connect()
     with _locked(snaps / ".lock"):
@@ -564,24 +566,13 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                     continue
                 for f in entry["files"]:
                     file = snaps / version / path / f["name"]
-                    if _replaced_unnoted(f, file, snaps / OBJECTS):
-                        # An earlier scrub replaced the file, then stopped before it wrote this
-                        # manifest (a full export disk): the file is clean, but the manifest named
-                        # the old object, which kept the rows for good, and no longer matched.
-                        sha = sha256_file(file)
-                        key = f"erased-{sha[:40]}"
-                        obj = snaps / OBJECTS / f"{key}.parquet"
-                        if not obj.exists():
-                            _link(file, obj)
-                        rows = con.execute(f"select count(*) from read_parquet({lit(file)})").fetchone()[0]
-                        _noted(entry, f, rows=rows, bytes=obj.stat().st_size, sha256=sha, object=key)
-                        changed = True
-                    if (f["object"], where) in clean:
+                    st = file.stat()
+                    if (st.st_dev, st.st_ino, where) in clean:
                         continue
                     tmp = snaps / OBJECTS / f".tmp-erase-{os.getpid()}.parquet"
                     n = _copy_without(con, file, where, tmp)
                     if not n:
-                        clean.add((f["object"], where))
+                        clean.add((st.st_dev, st.st_ino, where))
                         continue
                     sha = sha256_file(tmp)
                     key = f"erased-{sha[:40]}"
@@ -591,21 +582,21 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                     else:
                         seal(tmp)
                         os.replace(tmp, obj)
+                    rows = con.execute(f"select count(*) from read_parquet({lit(obj)})").fetchone()[0]
+                    _noted(entry, f, rows=rows, bytes=obj.stat().st_size, sha256=sha, object=key)
+                    # The manifest first, then the file: stopped in between (a full export disk),
+                    # the file still holds the rows and the next scrub replaces it. The other way
+                    # round, it found the file clean and skipped it, and the manifest went on naming
+                    # the old object, which kept the rows for good (and no longer matched).
+                    _replace_manifest(manifest, manifest_path)
                     link = file.with_name(f".{file.name}.erase")
                     link.unlink(missing_ok=True)
                     _link(obj, link)  # a copy where the file system has no hard links
                     os.replace(link, file)
                     fsync_dir(file.parent)
-                    _noted(entry, f, rows=f["rows"] - n, bytes=obj.stat().st_size, sha256=sha, object=key)
                     removed += n
                     changed = True
-            if changed:
-                touched += 1
-                tmp = manifest_path.with_name(f".{MANIFEST}.erase")
-                tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
-                fsync_file(tmp)
-                os.replace(tmp, manifest_path)
-                fsync_dir(manifest_path.parent)
+            touched += changed
             known |= manifest_objects(manifest)
         collect_objects(snaps, known)  # the old files no snapshot names any more
         for moved in sorted(snaps.glob(".legacy-*")) if legacy else []:
@@ -618,25 +609,23 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
     return removed, touched
 
 
-def _replaced_unnoted(f: dict, file: Path, objects: Path) -> bool:
-    """The snapshot's ``file`` is not the object its manifest entry ``f`` names: the same inode (a
-    stat), else (a file system without hard links: copies) the same sha256."""
-    from dagster_project.publishing.parquet import sha256_file
-
-    try:
-        if os.path.samefile(file, objects / f"{f['object']}.parquet"):
-            return False
-    except FileNotFoundError:
-        pass
-    return sha256_file(file) != f["sha256"]
-
-
 def _noted(entry: dict, f: dict, **now) -> None:
     """A manifest ``entry``'s file ``f`` is now ``now`` (rows, bytes, sha256, object)."""
     entry["rows"] += now["rows"] - f["rows"]
     f.update(now, reused=False)
     entry["content_hash"] = hashlib.sha256("".join(x["sha256"] for x in entry["files"]).encode()).hexdigest()
     entry.pop("appended_through", None)  # its files no longer end where the table did
+
+
+def _replace_manifest(manifest: dict, path: Path) -> None:
+    """A kept snapshot's manifest replaced whole: temp file, fsync, rename."""
+    from dagster_project.publishing.parquet import fsync_dir, fsync_file
+
+    tmp = path.with_name(f".{path.name}.erase")
+    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def _scrub_legacy(con: duckdb.DuckDBPyConnection, directory: Path, condition) -> int:
@@ -996,8 +985,7 @@ def compact_state(settings: Settings) -> None:
         for leftover in (fresh, Path(f"{fresh}.wal")):
             leftover.unlink(missing_ok=True)
         raise
-    finally:
-        con.close()
+    con.close()
     os.replace(fresh, db)
     for suffix in (".wal",):
         Path(str(db) + suffix).unlink(missing_ok=True)

@@ -322,25 +322,38 @@ def test_retention_removes_expired_ratings_from_every_layer_and_keeps_younger_on
     assert sorted(p.name for p in (settings.state_dir / "bronze" / "objects").glob("*/*")) == objects
 
 
-def test_a_snapshot_scrub_stopped_half_way_is_finished_with_a_true_manifest_and_no_old_object(lake, monkeypatch):
-    """A kept snapshot's scrub (retention, `flywheel forget`) replaces its files one by one and
-    writes its manifest after them. Stopped in between (the export disk full), the next scrub
+@pytest.mark.parametrize("stopped_in", ["the newest snapshot", "an older snapshot"])
+def test_a_snapshot_scrub_stopped_half_way_is_finished_with_a_true_manifest_and_no_old_object(lake, monkeypatch,
+                                                                                              stopped_in):
+    """A kept snapshot's scrub (retention, `flywheel forget`) replaced its files one by one and
+    wrote its manifest after them. Stopped in between (the export disk full), the next scrub
     found the replaced file clean and skipped it: the manifest went on naming the old object,
-    which kept the removed rows for good, and verify_snapshot failed on that snapshot."""
+    which kept the removed rows for good, and verify_snapshot failed on that snapshot. Two kept
+    snapshots share the file: the one stopped in may be the second to be scrubbed."""
     from dagster_project import privacy
     from dagster_project.publishing import parquet
 
+    legacy = next((lake.raw_dir / "interactions").glob("*_interactions.jsonl"))
+    first = json.loads(legacy.read_text(encoding="utf-8").splitlines()[0])
+    with legacy.open("a", encoding="utf-8") as fh:  # a second snapshot, sharing the ratings' files
+        fh.write(json.dumps({**first, "user_input": "one more"}) + "\n")
+    assert run_pipeline(lake).success
     snaps = snapshots_dir(lake.export_dir)
-    files = sorted((snaps / _versions(snaps)[0] / "internal" / "staging.session_ratings").glob("*.parquet"))
+    newest, older = _versions(snaps)[:2]
+    files = sorted((snaps / newest / "internal" / "staging.session_ratings").glob("*.parquet"))
+    assert all(os.path.samefile(f, snaps / older / f.relative_to(snaps / newest)) for f in files)
     reader = duckdb.connect()
     middle = reader.execute("select quantile_disc(recorded_at, 0.5)::varchar from read_parquet(?)",
                             [[str(f) for f in files]]).fetchone()[0]
     where = f"recorded_at < '{middle}'::timestamptz"
     condition = lambda table, columns: where if table == "staging.session_ratings" else None  # noqa: E731
     fsync_dir = parquet.fsync_dir
+    target = snaps / (newest if stopped_in == "the newest snapshot" else older)
 
-    def disk_full(path):  # right after the first file is replaced, before the manifest
-        raise OSError(28, "No space left on device")
+    def disk_full(path):  # the scrub of ``target``'s first file, stopped
+        if Path(path).is_relative_to(target):
+            raise OSError(28, "No space left on device")
+        fsync_dir(path)
 
     monkeypatch.setattr(parquet, "fsync_dir", disk_full)
     with pytest.raises(OSError, match="No space left"):
@@ -349,6 +362,9 @@ def test_a_snapshot_scrub_stopped_half_way_is_finished_with_a_true_manifest_and_
     privacy.scrub_snapshots(lake.export_dir, condition)
     for version in _versions(snaps):
         verify_snapshot(lake.export_dir, version)
+        left = sorted((snaps / version / "internal" / "staging.session_ratings").glob("*.parquet"))
+        assert reader.execute(f"select count(*) from read_parquet(?) where {where}",
+                              [[str(f) for f in left]]).fetchone()[0] == 0
     for obj in (snaps / ".objects").glob("*.parquet"):
         columns = [c[0] for c in reader.execute(f"describe select * from read_parquet('{obj}')").fetchall()]
         if "recorded_at" in columns and "session_id_opaque" in columns:

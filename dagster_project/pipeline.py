@@ -473,7 +473,7 @@ def sweep_dead_runs(dagster: dg.DagsterInstance, settings: Settings, exclude: st
     dead = dead_runs(dagster, exclude)
     report_dead(dagster, dead)
     for run in dead:
-        mark_failed(settings, run.run_id, killed(run) or "killed while it ran",
+        mark_failed(settings, run.run_id, killed(run) or "killed while it ran",  # (gone, as dead_runs found)
                     mode=run.tags.get("flywheel/mode", "incremental"), wait_seconds=wait_seconds)
     return dead
 
@@ -503,8 +503,6 @@ def short_error(failure_data) -> str:
     while error is not None and error.cls_name in WRAPPERS and error.cause is not None:
         error = error.cause
     return error.message.strip() if error is not None else "unknown error"
-
-
 
 
 def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "incremental",

@@ -140,9 +140,11 @@ def mark_failed_runs(context: dg.RunFailureSensorContext, flywheel: FlywheelReso
     # says only "dagster._core.errors.DagsterAssetCheckFailedError: 1 blocking asset check failed")
     _, _, error = step_failures(run_events(context.instance, context.dagster_run.run_id))
     data = context.failure_event.job_failure_data
-    error = error or killed(context.dagster_run) \
-        or (data.error.message.strip() if data is not None and data.error is not None else "") \
-        or context.failure_event.message or "run failed"
+    # a run failed from outside (Dagster's run monitor: "marked as failed from outside the
+    # execution context") whose own process is gone was killed; any run's process is gone by now,
+    # so only when nothing says otherwise
+    error = error or (data.error.message.strip() if data is not None and data.error is not None else "") \
+        or killed(context.dagster_run) or context.failure_event.message or "run failed"
     # The next run may hold the database already (one run at a time, queued): wait less than the
     # sensor's own timeout; mark_failed leaves the failure for that run to record otherwise.
     mark_failed(flywheel.ledger_settings(), context.dagster_run.run_id, error, wait_seconds=30)

@@ -52,7 +52,7 @@ def fail(lines: list[str] | str, code: int = 2) -> None:
 def _locked_out(exc: BaseException) -> bool:
     """DuckDB could not open the state database because another process holds it (its lock);
     not any other IO error (a full disk said "another process holds it" too)."""
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+    return isinstance(exc, duckdb.IOException) and ("Could not set lock" in str(exc) or "Conflicting lock" in str(exc))
 
 
 def _said(exc: BaseException) -> str:
@@ -100,12 +100,13 @@ def _run(settings: Settings, **kwargs):
             fail(f"{settings.state_db}: cannot open the state database, another process holds it ({_said(exc)}); "
                  "close that connection and run again", 1)
         _stopped(exc)
-    except Exception as exc:  # noqa: BLE001 (Dagster's own storage: a full or damaged DAGSTER_HOME)
+    except Exception as exc:
+        if not type(exc).__module__.startswith("sqlalchemy"):
+            raise  # a bug: its traceback
         from dagster_project.pipeline import dagster_home
 
-        # (a traceback of 120 lines ending in sqlalchemy's words)
-        _stopped(exc, f"Dagster's run history in DAGSTER_HOME={dagster_home()} could not be read or written: "
-                 if type(exc).__module__.startswith("sqlalchemy") else f"{type(exc).__name__}: ")
+        # Dagster's own storage, a full or damaged DAGSTER_HOME (120 lines of traceback ended in it)
+        _stopped(exc, f"Dagster's run history in DAGSTER_HOME={dagster_home()} could not be read or written: ")
 
 
 def _stopped(exc: BaseException, what: str = "") -> None:
@@ -258,7 +259,7 @@ def forget(
         fail(f"{exc}; then {retry}", 1)
     except WarehouseBusy as exc:  # a run holds the writer lock
         fail(f"{exc}; then {retry}", 1)
-    except (duckdb.Error, OSError) as exc:
+    except (duckdb.IOException, duckdb.TransactionException, duckdb.FatalException, OSError) as exc:
         if _locked_out(exc):  # another process's connection to the state database
             fail(f"{settings.state_db}: another process holds it ({_said(exc)}); "
                  f"close that connection and {retry}", 1)

@@ -107,6 +107,14 @@ class FlywheelResource(dg.ConfigurableResource):
         finally:
             self._run_state.close()
             self._run_state = None
+        # Dagster's history beyond FLYWHEEL_KEEP_RUNS, as `flywheel run` does after each run, once
+        # the lock is free: the flywheel_prune_history sensor never sees a `dg launch` run
+        # (in-process), so a launch from cron without the daemon grew the instance for good
+        from dagster_project.pipeline import prune_history
+
+        _, problem = prune_history(context.instance, self.settings().keep_runs)
+        if problem:
+            context.log.warning(problem)
 
     def _record_outcome(self, context: dg.InitResourceContext) -> None:
         """The run's row in ``ingest.runs``, finished here: a run the daemon or ``dg launch`` starts
@@ -114,7 +122,7 @@ class FlywheelResource(dg.ConfigurableResource):
         runs in-process: the sensor never matches them), and one that never reaches the snapshot
         step (part of the job, cancelled) stayed "running" for good. ``flywheel run`` records its
         own (``run_pipeline``)."""
-        from dagster_project.pipeline import prune_history, run_events, step_failures
+        from dagster_project.pipeline import run_events, step_failures
         from dagster_project.state import record_run, save_recent_runs
 
         run = context.dagster_run
@@ -134,12 +142,6 @@ class FlywheelResource(dg.ConfigurableResource):
                            status="failed" if error else "success", error=error or None)
             if problem := save_recent_runs(con, settings):
                 context.log.warning(problem)
-        # Dagster's history beyond FLYWHEEL_KEEP_RUNS, as `flywheel run` does after each run: the
-        # flywheel_prune_history sensor never sees a `dg launch` run (in-process), so a launch
-        # from cron without the daemon grew the instance by ~1.8 MB a run for good
-        _, problem = prune_history(context.instance, settings.keep_runs)
-        if problem:
-            context.log.warning(problem)
 
     def settings(self) -> Settings:
         try:

@@ -366,6 +366,7 @@ def test_a_mistyped_warehouse_path_creates_nothing_there(lake, where):
                 if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     assert len(failures) == 2 and all(f.startswith(f"bad settings: FLYWHEEL_WAREHOUSE={target} ") for f in failures)
     assert sorted(p for p in lake.raw_dir.parent.rglob("*")) == before
+    assert not wrong.state_dir.exists()  # (a directory: beside it, outside what rglob compares)
 
 
 def test_a_missing_raw_root_fails_the_ingest_step_and_marks_no_file_missing(lake, tmp_path):

@@ -348,11 +348,11 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
                 shutil.rmtree(snap, ignore_errors=True)
                 _record_not_published(con, run_id)
             raise
+        _note_key(con, secret, version)  # (first: published with it, whatever fails after)
         ensure_links(export_dir, warehouse)
         hook("linked")
         prune(export_dir, keep)
         versions.prune_changes(con)  # the day lists older snapshots asked for, no longer needed
-        _note_key(con, secret, version)
     parts = [p for pl in plans.values() for p in pl.parts]
     return PublishResult(
         "published", version, snap, manifest,

@@ -539,8 +539,8 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
     ``legacy``: an older layout's exports moved aside too (``_scrub_legacy``; retention, which
     reaches staging tables only, has none to scrub there, and every run would look at them)."""
     from dagster_project.publishing.parquet import fsync_dir, lit, seal, sha256_file
-    from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, collect_objects,
-                                                     manifest_objects, snapshots_dir)
+    from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, _write_manifest,
+                                                     collect_objects, manifest_objects, snapshots_dir)
 
     snaps = snapshots_dir(Path(os.path.abspath(export_dir)))
     if not snaps.exists():
@@ -588,7 +588,8 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                     # the file still holds the rows and the next scrub replaces it. The other way
                     # round, it found the file clean and skipped it, and the manifest went on naming
                     # the old object, which kept the rows for good (and no longer matched).
-                    _replace_manifest(manifest, manifest_path)
+                    _write_manifest(snaps / version, manifest)
+                    fsync_dir(snaps / version)
                     link = file.with_name(f".{file.name}.erase")
                     link.unlink(missing_ok=True)
                     _link(obj, link)  # a copy where the file system has no hard links
@@ -615,17 +616,6 @@ def _noted(entry: dict, f: dict, **now) -> None:
     f.update(now, reused=False)
     entry["content_hash"] = hashlib.sha256("".join(x["sha256"] for x in entry["files"]).encode()).hexdigest()
     entry.pop("appended_through", None)  # its files no longer end where the table did
-
-
-def _replace_manifest(manifest: dict, path: Path) -> None:
-    """A kept snapshot's manifest replaced whole: temp file, fsync, rename."""
-    from dagster_project.publishing.parquet import fsync_dir, fsync_file
-
-    tmp = path.with_name(f".{path.name}.erase")
-    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
-    fsync_file(tmp)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def _scrub_legacy(con: duckdb.DuckDBPyConnection, directory: Path, condition) -> int:

@@ -131,8 +131,7 @@ def dead_runs(instance: dg.DagsterInstance, exclude: str | None = None) -> list[
     sensor run behind it, silently. A run not tagged by itself (it never held the lock; a
     re-execution carries its parent's tags) or whose process lives is left alone."""
     return [run for run in instance.get_runs(filters=dg.RunsFilter(tags=WRITER_TAGS, statuses=IN_PROGRESS))
-            if run.run_id != exclude and run.tags.get(HOLDER_RUN_TAG) == run.run_id
-            and process_gone(run.tags.get(HOLDER_TAG, ""))]
+            if run.run_id != exclude and killed(run)]
 
 
 def process_gone(process: str) -> bool:
@@ -161,6 +160,10 @@ def killed(run: dg.DagsterRun) -> str | None:
     process = run.tags.get(HOLDER_TAG, "")
     if run.tags.get(HOLDER_RUN_TAG) != run.run_id or not process_gone(process):
         return None
+    return killed_line(process)
+
+
+def killed_line(process: str) -> str:
     return f"killed while it ran (its process {shown(process)} is gone)"
 
 

@@ -17,8 +17,8 @@ import duckdb
 from rich.markup import escape
 
 from dagster_project import progress
-from dagster_project.history import (Pruned, dead_runs, holder, holder_tags, host, killed, process_gone,
-                                     prune_runs, report_dead, shown)
+from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, holder_tags, host, killed_line,
+                                     process_gone, prune_runs, report_dead, shown)
 from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
 from dagster_project.state import PENDING_FAILURES, shared_state, state_connection, writer_lock
@@ -473,7 +473,7 @@ def sweep_dead_runs(dagster: dg.DagsterInstance, settings: Settings, exclude: st
     dead = dead_runs(dagster, exclude)
     report_dead(dagster, dead)
     for run in dead:
-        mark_failed(settings, run.run_id, killed(run) or "killed while it ran",  # (gone, as dead_runs found)
+        mark_failed(settings, run.run_id, killed_line(run.tags[HOLDER_TAG]),
                     mode=run.tags.get("flywheel/mode", "incremental"), wait_seconds=wait_seconds)
     return dead
 
@@ -584,7 +584,7 @@ def record_pending_failures(con, settings: Settings) -> None:
             continue
         path.unlink()
     for run_id, mode, process in dead_rows(con):
-        _record_failed(con, settings, run_id, mode, f"killed while it ran (its process {shown(process)} is gone)")
+        _record_failed(con, settings, run_id, mode, killed_line(process))
 
 
 # Private: the process of each `flywheel run` (``history.holder``: host:pid@start), noted with its

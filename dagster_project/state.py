@@ -282,17 +282,31 @@ def state_connection(settings: Settings, *, lock: bool = True) -> Iterator[duckd
         try:
             con.execute("set TimeZone = 'UTC'")
             yield con
-            try:
-                con.execute("checkpoint")
-            except duckdb.Error as exc:
-                # What was committed is in the write-ahead log, which the next open replays: a
-                # checkpoint that fails (a full disk) loses nothing, so it fails nothing (a run
-                # that had published exited 1 with a traceback, saying nothing was published).
-                first = str(exc).strip().splitlines()[0]
-                print(f"warning: {settings.state_db}: the checkpoint failed ({first}); what was committed is "
-                      "kept in its write-ahead log, which the next run replays", file=sys.stderr, flush=True)
+            _checkpoint(con, settings)
         finally:
             con.close()
+
+
+_failed_checkpoints: set[str] = set()  # state databases whose last checkpoint failed (warned once)
+
+
+def _checkpoint(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    """Fold the write-ahead log into the database. What was committed is in the log, which the
+    next open replays: a checkpoint that fails (a full disk) loses nothing, so it fails nothing
+    (a run that had published exited 1 with a traceback, saying nothing was published). It is
+    said once until a checkpoint succeeds again: each connection a run closes tried again, and the
+    same warning stood two or three times in one run's output."""
+    key = os.path.abspath(settings.state_db)
+    try:
+        con.execute("checkpoint")
+    except duckdb.Error as exc:
+        if key not in _failed_checkpoints:
+            _failed_checkpoints.add(key)
+            first = str(exc).strip().splitlines()[0]
+            print(f"warning: {settings.state_db}: the checkpoint failed ({first}); what was committed is "
+                  "kept in its write-ahead log, which the next run replays", file=sys.stderr, flush=True)
+    else:
+        _failed_checkpoints.discard(key)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from dagster_project.settings import Settings, SettingsError
 from dagster_project.state import RUN_FIELDS, pending_failures, recent_runs
+from transforms.sqlfiles import plain_error
 
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -56,8 +57,9 @@ def _locked_out(exc: BaseException) -> bool:
 
 
 def _said(exc: BaseException) -> str:
-    """An exception's first line (DuckDB's carry hints and context after it), else its type."""
-    text = str(exc).strip()
+    """An exception's first line (DuckDB's carry hints and context after it, and may nest an error
+    as JSON in it: ``plain_error``), else its type."""
+    text = plain_error(str(exc).strip())
     return text.splitlines()[0] if text else type(exc).__name__
 
 

@@ -22,6 +22,7 @@ from dagster_project.history import (HOLDER_TAG, Pruned, dead_runs, holder, hold
 from dagster_project.settings import PROJECT_ROOT, Settings, SettingsError
 from dagster_project.sources import builtin_sources
 from dagster_project.state import PENDING_FAILURES, shared_state, state_connection, writer_lock
+from transforms.sqlfiles import plain_error
 
 
 @dataclass
@@ -495,14 +496,15 @@ WRAPPERS = {"DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError
 
 def short_error(failure_data) -> str:
     """What went wrong in a step, without Dagster's wrapping: a ``Failure``'s description, else the
-    first non-wrapper exception's message (the user's exception, with its detail lines)."""
+    first non-wrapper exception's message (the user's exception, with its detail lines), an error
+    DuckDB nested as JSON in it replaced by its message."""
     user = getattr(failure_data, "user_failure_data", None)
     if user is not None and user.description:
-        return user.description.strip()
+        return plain_error(user.description.strip())
     error = failure_data.error if failure_data else None
     while error is not None and error.cls_name in WRAPPERS and error.cause is not None:
         error = error.cause
-    return error.message.strip() if error is not None else "unknown error"
+    return plain_error(error.message.strip()) if error is not None else "unknown error"
 
 
 def mark_failed(settings: Settings, run_id: str, error: str, mode: str = "incremental",

@@ -243,3 +243,35 @@ append()
     assert len(warnings) == 2, ran.stderr  # the first failure, then the first after a success
     assert all(w.startswith(f"warning: {tmp_path}/.flywheel/state.duckdb: the checkpoint failed (") and
                "File too large" in w for w in warnings), ran.stderr
+
+
+def test_a_failed_parquet_write_says_its_file_and_cause_in_plain_text(tmp_path):
+    """DuckDB nests the cause of a failed Parquet write as JSON in its message: a full export disk
+    put `{"exception_type":"IO","exception_message":"Could not write file \\"…\\": …","errno":"28"}`
+    on the step's line. ``plain_error`` (which the step's line and the CLI's one-line errors go
+    through) keeps DuckDB's own words around it and the nested message alone. (The file-size
+    limit fails the write for real.)"""
+    import subprocess
+    import sys
+
+    from transforms.sqlfiles import plain_error
+
+    script = """
+import resource, signal, sys
+import duckdb
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+try:
+    duckdb.connect().execute(f"copy (select md5(i::varchar) s from range(100000) r(i)) to '{sys.argv[1]}' (format parquet)")
+except duckdb.IOException as exc:
+    print(exc)
+"""
+    target = tmp_path / "sft.parquet"
+    ran = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=120)
+    said = ran.stdout.strip()
+    assert '"exception_message"' in said, said  # DuckDB's text, as a step raised it
+    plain = plain_error(said)
+    assert plain.startswith("IO Error: "), plain
+    assert plain.endswith(f': Could not write file "{target}": File too large'), plain
+    assert "{" not in plain and "errno" not in plain
+    assert plain_error("Binder Error: column {x} not found") == "Binder Error: column {x} not found"

@@ -9,6 +9,8 @@ one statement per file.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -36,6 +38,25 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         except duckdb.TransactionException:
             pass  # no transaction left to roll back: the error to raise is the one that ended it
         raise
+
+
+# DuckDB nests an inner error as JSON in its message, to the end of the line: a Parquet write on a
+# full disk said `IO Error: Async write failed for range [offset=29, size=3227284]:
+# {"exception_type":"IO","exception_message":"Could not write file \"…\": File too large","errno":"27"}`
+_NESTED_ERROR = re.compile(r'\{"exception_type":[^\n]*\}')
+
+
+def plain_error(text: str) -> str:
+    """``text`` with each error DuckDB nested as JSON replaced by its message."""
+    def message(match: re.Match) -> str:
+        try:
+            inner = json.loads(match.group(0))
+        except ValueError:
+            return match.group(0)
+        if isinstance(inner, dict) and inner.get("exception_message"):
+            return inner["exception_message"]
+        return match.group(0)
+    return _NESTED_ERROR.sub(message, text)
 
 
 @contextmanager

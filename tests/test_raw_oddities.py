@@ -4,6 +4,7 @@ reported and retried) like any other file, and never stops the source or the run
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -210,3 +211,65 @@ def test_a_store_an_earlier_reader_took_for_corrupt_is_read_once_more(settings, 
     assert rows(con, "select id from raw.session_ratings order by 1") == [("r1",), ("r2",)]
     con, reports = ingest(settings, "run-3", sources=["session_ratings"], con=con)
     assert [f.event for f in reports["session_ratings"].files] == ["unchanged"]
+
+
+EVENTLOG_COLUMNS = {"seq": "integer primary key autoincrement", "event_type": "text not null",
+                    "timestamp": "text not null", "source_id": "text not null", "source_file": "text",
+                    "data": "text not null"}
+
+
+def _eventlog_store(path: Path, columns: dict[str, str], rows_: list[dict]) -> None:
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute(f"create table eventlog ({', '.join(f'{c} {t}' for c, t in columns.items())})")
+    for row in rows_:
+        db.execute(f"insert into eventlog ({', '.join(row)}) values ({', '.join('?' * len(row))})", list(row.values()))
+    db.commit()
+    db.close()
+
+
+def _commit_event(i: int) -> dict:
+    sha = f"{i:040x}"
+    return {"event_type": "git.commit", "timestamp": f"2026-02-0{i}T10:00:00+00:00", "source_id": sha,
+            "source_file": ".git", "data": json.dumps({"sha": sha, "message": f"commit {i}", "files": []})}
+
+
+def test_an_eventlog_store_lacking_a_declared_column_is_read_by_the_columns_it_has(settings):
+    """SQLite takes a double-quoted name that is no column for a string: a store without
+    ``source_id`` loaded the text "source_id" as every row's value (its six commits one identity:
+    staging kept one), one without ``source_file`` the text "source_file". A missing column is
+    now missing from the record (``missing_field`` when required, NULL when optional), and a
+    column the source does not declare is kept in ``extra``, as a JSON line's unknown key is."""
+    logs = settings.raw_dir / "eventlog"
+    no_sha = {c: t for c, t in EVENTLOG_COLUMNS.items() if c != "source_id"} | {"sha": "text"}
+    _eventlog_store(logs / "no_source_id.db", no_sha,
+                    [{**{k: v for k, v in _commit_event(i).items() if k != "source_id"}, "sha": f"{i:040x}"}
+                     for i in range(1, 7)])
+    no_file = {c: t for c, t in EVENTLOG_COLUMNS.items() if c != "source_file"}
+    _eventlog_store(logs / "no_source_file.db", no_file,
+                    [{k: v for k, v in _commit_event(i).items() if k != "source_file"} for i in (7, 8)])
+    con, reports = ingest(settings, sources=["eventlog"])
+    assert rows(con, "select path, reason, count(*) from ingest.quarantine group by all order by all") == [
+        ("eventlog/no_source_id.db", "missing_field:source_id", 6)]
+    assert rows(con, "select source_id, source_file, extra from raw.eventlog order by seq") == [
+        (f"{i:040x}", None, None) for i in (7, 8)]
+    assert "source_id" not in str(rows(con, "select * from staging.eventlog"))  # no column's name as a value
+    # the undeclared column's value is kept with the quarantined record
+    assert rows(con, "select count(*) from ingest.quarantine where raw_text like ?", [f'%"sha":"{1:040x}"%']) == [(1,)]
+
+
+def test_an_eventlog_store_without_its_key_column_is_unreadable_and_the_others_load(settings):
+    """A store without ``seq`` read every row's key as the text "seq": the source's ingest failed
+    (bytes are not JSON serializable) on every run, the other stores unread, nothing published."""
+    logs = settings.raw_dir / "eventlog"
+    _eventlog_store(logs / "good.db", EVENTLOG_COLUMNS, [_commit_event(1)])
+    no_seq = {"id": "integer primary key"} | {c: t for c, t in EVENTLOG_COLUMNS.items() if c != "seq"}
+    _eventlog_store(logs / "no_seq.db", no_seq, [_commit_event(i) for i in (2, 3)])
+    con, reports = ingest(settings, sources=["eventlog"])
+    assert {f.path: f.event for f in reports["eventlog"].files} == {
+        "eventlog/good.db": "new", "eventlog/no_seq.db": "corrupt"}
+    assert rows(con, "select source_id from raw.eventlog") == [(f"{1:040x}",)]
+    (detail,) = rows(con, "select detail from ingest.file_events where path = 'eventlog/no_seq.db'")[0]
+    assert detail.startswith("table eventlog has no column seq (its key); its columns: id, event_type"), detail

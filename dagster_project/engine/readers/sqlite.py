@@ -178,7 +178,7 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
         # record goes to the checksum as a BLOB, its very bytes; a UTF-16 one (rare) converts
         # text to UTF-8 itself.
         utf8 = conn.execute("pragma encoding").fetchone()[0] in (b"UTF-8", "UTF-8")
-        record_sql = _record_sql(table, utf8)
+        record_sql = _record_sql(table, utf8, _columns(conn, table))
         record = f"cast({record_sql} as blob)" if utf8 else record_sql
         ranges = {r.decode() if isinstance(r, bytes) else str(r): [n, c] for r, n, c in conn.execute(
             f"select {key} >> {RANGE_BITS}, count(*), sum(fw_crc({key}, {record})) from {source} group by 1")}
@@ -198,8 +198,30 @@ def _snapshot(view: FileView, table: SqliteTable, known_ranges: dict | None):
         conn.close()
 
 
-def _record_sql(table: SqliteTable, utf8: bool) -> str:
-    """SQLite's expression of a row's record (as :class:`SqliteTable` declares it).
+def _columns(conn: sqlite3.Connection, table: SqliteTable) -> list[str]:
+    """The store's columns, in its order, after checking it has those the record is read by.
+
+    SQLite takes a double-quoted name that is no column for a string: a store without the key
+    column read every row's key as the text ``seq`` (and the ingest failed on every run), one
+    without a text column loaded that column's name as each row's value (a store without
+    ``source_id`` gave all its commits one identity, and staging kept one of six). A missing key
+    or record column makes the store unreadable; a missing text column is left out of the record,
+    which its field's rule then judges (``missing_field:<name>`` when it is required)."""
+    columns = [name.decode() if isinstance(name, bytes) else name
+               for _, name, *_ in conn.execute(f"pragma table_info({q(table.table)})")]
+    if columns:  # none: no such table, which the checksum's select reports
+        have = {c.lower() for c in columns}  # SQLite's names are case-insensitive
+        for role, name in (("key", table.key), ("record column", table.record_column)):
+            if name is not None and name.lower() not in have:
+                raise sqlite3.DatabaseError(f"table {table.table} has no column {name} (its {role}); "
+                                            f"its columns: {', '.join(columns)}")
+    return columns
+
+
+def _record_sql(table: SqliteTable, utf8: bool, columns: list[str]) -> str:
+    """SQLite's expression of a row's record (as :class:`SqliteTable` declares it): the key and
+    the declared text columns the store has, then its other columns (kept in ``extra``, as a
+    JSON line's unknown keys are).
 
     A BLOB in a text column (a tool binding bytes) is read as its text: ``json_object`` refuses
     BLOBs, and the whole store was unreadable. SQLite casts a BLOB to text in the store's
@@ -211,9 +233,17 @@ def _record_sql(table: SqliteTable, utf8: bool) -> str:
     if table.record_column is not None:
         return q(table.record_column)
     as_text = "cast({c} as text)" if utf8 else f"fw_utf8({q(table.key)}, {{c}})"
-    return f"json_object('{table.key}', {q(table.key)}, " + ", ".join(
-        f"'{c}', case when typeof({q(c)}) = 'blob' then {as_text.format(c=q(c))} else {q(c)} end"
-        for c in table.text_columns) + ")"
+    have = {c.lower() for c in columns}
+    declared = {table.key.lower(), *(c.lower() for c in table.text_columns)}
+    read = [c for c in table.text_columns if c.lower() in have] + [c for c in columns if c.lower() not in declared]
+    return f"json_object({_sql_text(table.key)}, {q(table.key)}" + "".join(
+        f", {_sql_text(c)}, case when typeof({q(c)}) = 'blob' then {as_text.format(c=q(c))} else {q(c)} end"
+        for c in read) + ")"
+
+
+def _sql_text(value: str) -> str:
+    """A SQLite string literal."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 # A BLOB that is not UTF-8, as fw_utf8 writes it in a UTF-16 store: base64 between two U+FDD0

@@ -645,8 +645,16 @@ def _copy_without(con: duckdb.DuckDBPyConnection, file: Path, where: str, tmp: P
 
     n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
     if n:
-        con.execute(f"copy (select * from read_parquet({lit(file)}) where not coalesce({where}, false)) "
-                    f"to {lit(tmp)} ({PARQUET_OPTIONS})")
+        # through a table holding a row of NULLs too, as the publisher writes (``_copy_sorted``): a
+        # COPY straight from the file marked REQUIRED each column the kept rows hold no NULL in,
+        # and a dataset's scrubbed file no longer shared its other files' schema (concat failed)
+        con.execute(f"create or replace temp table _fw_kept as select *, true as __kept from read_parquet({lit(file)}) "
+                    f"where not coalesce({where}, false)")
+        try:
+            con.execute("insert into _fw_kept (__kept) values (null)")
+            con.execute(f"copy (select * exclude (__kept) from _fw_kept where __kept) to {lit(tmp)} ({PARQUET_OPTIONS})")
+        finally:
+            con.execute("drop table if exists _fw_kept")
         fsync_file(tmp)
     return n
 

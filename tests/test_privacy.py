@@ -75,6 +75,20 @@ def snapshot_rows_naming(settings, needles: list[str]) -> dict[str, int]:
     return found
 
 
+def assert_one_schema_per_dataset(settings) -> None:
+    """The files of each dataset directory of every kept snapshot share one schema, every column
+    nullable (a scrubbed file's columns holding no NULL were REQUIRED: `pa.concat_tables` of the
+    dataset failed)."""
+    import pyarrow.parquet as pq
+
+    directories = {f.parent for f in snapshots_dir(settings.export_dir).glob("*/*/*/*.parquet")}
+    assert directories
+    for directory in sorted(directories):
+        schemas = {pq.read_schema(f) for f in directory.glob("*.parquet")}
+        assert len(schemas) == 1, directory
+        assert all(field.nullable for field in schemas.pop()), directory
+
+
 def staging_content(settings) -> dict[str, list]:
     con = duckdb.connect(str(settings.state_db), read_only=True)
     try:
@@ -147,6 +161,7 @@ def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(lak
     assert set(kept_before) < set(versions)
     for version in versions:
         verify_snapshot(settings.export_dir, version)
+    assert_one_schema_per_dataset(settings)  # the scrubbed files too
     wh = duckdb.connect(os.path.realpath(settings.warehouse), read_only=True)
     assert wh.execute("select count(*) from staging.scry_queries where query_id = 'q_keep_me'").fetchone()[0] == 1
     wh.close()

@@ -401,6 +401,49 @@ def test_line_over_the_size_limit_keeps_a_pointer_and_hash(settings):
     assert got == [(2, "line_too_large", None, hashlib.sha256(big).hexdigest(), len(big))]
 
 
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
+def test_a_line_one_byte_over_the_limit_is_too_large_and_one_at_it_is_read(settings, newline):
+    """A line of limit + 1 bytes ended by a bare "\n" was loaded: the first pass, sized for CRLF,
+    let it through."""
+    from dataclasses import replace
+
+    settings = replace(settings, max_line_bytes=1000)
+
+    def sized(i: int, size: int) -> bytes:
+        line = dumps(interaction(i, output_text="")).encode()
+        return dumps(interaction(i, output_text="x" * (size - len(line)))).encode()
+
+    at, over = sized(1, 1000), sized(2, 1001)
+    assert (len(at), len(over)) == (1000, 1001)
+    path = settings.raw_dir / "interactions" / "interactions_2026-02-26_99999999.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(at + newline + over + newline)
+    con, _ = ingest(settings, sources=["interactions"])
+    assert rows(con, "select line_number from raw.interactions") == [(1,)]
+    assert rows(con, "select line_number, reason, raw_sha256, raw_length from ingest.quarantine") == [
+        (2, "line_too_large", hashlib.sha256(over).hexdigest(), 1001)]
+
+
+def test_a_sealed_last_line_over_the_limit_keeps_a_pointer_and_hash_not_its_text(settings):
+    """A partial last line is quarantined whole when sealed: one over the size limit (a binary
+    tail) was stored as text in the quarantine, where a terminated one keeps its place and hash."""
+    from dataclasses import replace
+
+    settings = replace(settings, max_line_bytes=1000)
+    path = settings.raw_dir / "feedback" / "2026-02-26_feedback.jsonl"
+    path.parent.mkdir(parents=True)
+    first = b'{"record_id": "r1", "feedback": "positive", "timestamp": "2026-02-26T10:00:00"}\n'
+    tail = b'{"record_id": "r2", "note": "' + b"y" * 3000
+    path.write_bytes(first + tail)
+    old = time.time() - 2 * settings.seal_after_seconds
+    os.utime(path, (old, old))
+    con, _ = ingest(settings, sources=["feedback"])
+    assert rows(con, "select line_number, byte_offset, reason, raw_text, raw_bytes, raw_sha256, raw_length "
+                     "from ingest.quarantine") == [
+        (2, len(first), "line_too_large", None, None, hashlib.sha256(tail).hexdigest(), len(tail))]
+    assert rows(con, "select lines_read, rows_quarantined, deferred_bytes from ingest.files") == [(2, 1, 0)]
+
+
 def _session_db(path, rows_):
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA journal_mode=WAL")

@@ -43,6 +43,14 @@ class Rejected:
     raw_length: int | None = None
 
 
+def too_large(line_number: int, byte_offset: int, raw: bytes, max_line_bytes: int, what: str = "line") -> Rejected:
+    """A ``line_too_large`` reject: where the line is and its sha256, not its text."""
+    return Rejected(line_number, byte_offset, "line_too_large",
+                    f"{what} of {len(raw):,} bytes exceeds the {max_line_bytes:,}-byte limit; "
+                    f"read it at byte offset {byte_offset}, length {len(raw)}",
+                    None, None, hashlib.sha256(raw).hexdigest(), len(raw))
+
+
 @dataclass
 class Split:
     lines: pa.Table  # LINES_SCHEMA: candidate lines for the JSON engine
@@ -90,20 +98,13 @@ def split_lines(
     keep = np.ones(n, dtype=bool)
     rejected: list[Rejected] = []
 
-    lengths = np.diff(starts)
-    for i in np.flatnonzero(lengths > max_line_bytes + 2):
+    lengths = np.diff(starts)  # with the line's "\n" (and "\r"): over the limit from limit + 2 on
+    for i in np.flatnonzero(lengths > max_line_bytes + 1):
         raw = bytes(data[starts[i] : starts[i + 1]]).rstrip(b"\r\n")
         if len(raw) <= max_line_bytes:
             continue
         keep[i] = False
-        rejected.append(
-            Rejected(
-                int(line_numbers[i]), int(byte_offsets[i]), "line_too_large",
-                f"line of {len(raw):,} bytes exceeds the {max_line_bytes:,}-byte limit; "
-                f"read it at byte offset {int(byte_offsets[i])}, length {len(raw)}",
-                None, None, hashlib.sha256(raw).hexdigest(), len(raw),
-            )
-        )
+        rejected.append(too_large(int(line_numbers[i]), int(byte_offsets[i]), raw, max_line_bytes))
 
     # The string column, zero-copy over the same buffers: one full validation checks every
     # line's UTF-8 (SIMD), and only when it fails are the invalid lines looked for. (A cast

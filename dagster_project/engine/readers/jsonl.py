@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_project.settings import Settings
-from transforms.lines import Rejected, find_newlines, split_lines
+from transforms.lines import Rejected, find_newlines, split_lines, too_large
 from dagster_project.engine.readers import TAIL_CHECK_BYTES, FileView, Unit, finish, open_file, sealed, stat_signature
 
 CHUNK_BYTES = 256 * 1024 * 1024  # new bytes are read this much at a time, a span per read (longer lines: more)
@@ -267,11 +267,15 @@ def decode(data, meta: dict, settings: Settings, newlines=None) -> tuple[pa.Tabl
     found, n = list(split.rejected), split.n_lines
     if meta["sealed"] and split.tail:
         raw = bytes(memoryview(data)[split.consumed:])
-        found.append(Rejected(
-            meta["first_line"] + split.n_lines, meta["start"] + split.consumed, "unterminated_last_line",
-            f"the last line has no newline and the file has not changed for "
-            f"{settings.seal_after_seconds / 3600:g} h (FLYWHEEL_SEAL_AFTER)",
-            raw.decode("utf-8", errors="backslashreplace"), raw if _invalid_utf8(raw) else None))
+        line, offset = meta["first_line"] + split.n_lines, meta["start"] + split.consumed
+        if len(raw) > settings.max_line_bytes:  # as a terminated one: its place and sha256, not its text
+            found.append(too_large(line, offset, raw, settings.max_line_bytes, what="unterminated last line"))
+        else:
+            found.append(Rejected(
+                line, offset, "unterminated_last_line",
+                f"the last line has no newline and the file has not changed for "
+                f"{settings.seal_after_seconds / 3600:g} h (FLYWHEEL_SEAL_AFTER)",
+                raw.decode("utf-8", errors="backslashreplace"), raw if _invalid_utf8(raw) else None))
         n += 1
     return split.lines, found, n
 

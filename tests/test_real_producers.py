@@ -170,6 +170,25 @@ def test_a_repeated_hour_written_without_zero_padding_is_resolved(settings, tmp_
         (_utc("2026-10-25T01:05:00"), "fold_second")]
 
 
+@pytest.mark.parametrize("zoned", [False, True])
+def test_naive_times_with_seven_to_nine_fraction_digits_are_read_to_the_microsecond(settings, tmp_path, zoned):
+    """numpy's datetime64[ns] writes 9 fraction digits, .NET's round-trip format 7: a naive time
+    so written was bad_timestamp, while the same digits with a `Z` or an offset were read (to the
+    microsecond)."""
+    s = _zoned(settings, tmp_path) if zoned else settings
+    texts = ["2026-02-26T14:03:12.1234567", "2026-02-26 14:03:12.123456789", "2026-02-26T14:03:12.123456789Z",
+             "2026-02-26T14:03:12.1234567890"]
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                [dumps(interaction(i, timestamp=t)) for i, t in enumerate(texts)])
+    con, _ = ingest(s, sources=["interactions"])
+    wall = datetime(2026, 2, 26, 14, 3, 12, 123456)
+    naive = (wall.replace(tzinfo=ZoneInfo("Europe/Madrid")) if zoned else wall.replace(tzinfo=timezone.utc))
+    assert rows(con, "select line_number, timestamp, timestamp_text from staging.interactions order by 1") == [
+        (1, naive, texts[0]), (2, naive, texts[1]), (3, wall.replace(tzinfo=timezone.utc), texts[2])]
+    # ten digits: more than any clock writes
+    assert rows(con, "select line_number, reason from ingest.quarantine") == [(4, "bad_timestamp:timestamp")]
+
+
 def test_skipped_hour_is_quarantined_and_says_why(settings, tmp_path):
     s = _zoned(settings, tmp_path)
     write_lines(settings.raw_dir / "interactions" / "interactions_2026-03-29_5b0c2f7e.jsonl", [

@@ -30,6 +30,11 @@ from transforms.spec import STORAGE_TYPE, Field, SourceSpec
 TRAILING_COMMA_RE = r",\s*[}\]]"
 NESTED_NONSTANDARD_RE = r"(?i)(^|[:\[,])\s*[-+]?(nan|inf)"
 NAIVE_FORMATS = ["%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"]
+# A time with 7 to 9 fraction digits (numpy's datetime64[ns], .NET's round-trip format: 7) was
+# bad_timestamp when naive, and read to the microsecond (cut, not rounded) with an offset: read
+# alike, by these formats (%n: up to 9 digits), tried only where the ones above fail (a list
+# holding %n makes every result a TIMESTAMP_NS)
+NAIVE_NS_FORMATS = ["%Y-%m-%dT%H:%M:%S.%n", "%Y-%m-%d %H:%M:%S.%n"]
 OFFSET_RE = r"(Z|z|[+-]\d\d:?\d\d)$"
 OFFSET_HM_RE = r"[+-](\d\d):?(\d\d)$"
 UTC_ZONES = ("UTC", "Etc/UTC")
@@ -87,6 +92,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         "comma_re": TRAILING_COMMA_RE,
         "nested_re": NESTED_NONSTANDARD_RE,
         "naive_formats": NAIVE_FORMATS,
+        "naive_ns_formats": NAIVE_NS_FORMATS,
         "offset_re": OFFSET_RE,
         "earliest": spec.earliest,
         "latest": spec.latest,
@@ -367,7 +373,7 @@ def _time_exprs(f: Field, i: int, params: dict, source_zone: str) -> list[tuple[
         # No shifts in UTC: no skipped or repeated hour, and the wall time is the instant, so the
         # four ICU zone conversions per line below are not needed (a third of the time cost).
         timed = (f"{offset_minutes} as om{i}, "
-                 f"case when not {has_offset} then try_strptime({t}, $naive_formats) end as n{i}, "
+                 f"case when not {has_offset} then {_naive(t)} end as n{i}, "
                  f"case when {has_offset} then {with_offset} else make_timestamptz(epoch_us(n{i})) end as tr{i}")
         return [(timed, f"false as gap{i}, null::timestamptz as ab{i}, "
                         f"case when {window} then tr{i} end as tm{i}, "
@@ -375,7 +381,7 @@ def _time_exprs(f: Field, i: int, params: dict, source_zone: str) -> list[tuple[
                         f"when regexp_matches({t}, '[Zz]$') then 'utc' else 'offset' end as fd{i}")]
     else:
         timed = (f"{offset_minutes} as om{i}, "
-                 f"case when not {has_offset} then try_strptime({t}, $naive_formats) end as n{i}, "
+                 f"case when not {has_offset} then {_naive(t)} end as n{i}, "
                  f"case when {has_offset} then {with_offset} else timezone($tz{i}, n{i}) end as tr{i}")
     # DuckDB reads a repeated local hour with the later offset: the same wall time one shift
     # (1 h; 30 min on Lord Howe) earlier is the first pass. A skipped hour does not round-trip.
@@ -388,6 +394,12 @@ def _time_exprs(f: Field, i: int, params: dict, source_zone: str) -> list[tuple[
         f"case when n{i} is not null then case when ab{i} is not null then 'fold_first' else 'unambiguous' end "
         f"when regexp_matches({t}, '[Zz]$') then 'utc' else 'offset' end as fd{i}")
     return [(timed, windowed)]
+
+
+def _naive(t: str) -> str:
+    """The wall time of a naive time's text ``t`` (NULL: not one)."""
+    return (f"coalesce(try_strptime({t}, $naive_formats), "
+            f"make_timestamp(epoch_ns(try_strptime({t}, $naive_ns_formats)) // 1000))")
 
 
 def _time_text(f: Field, i: int) -> str:

@@ -368,18 +368,28 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         out.print(f"bronze record: {usage['objects']:,} objects, {usage['compressed_bytes'] / 1e6:,.1f} MB "
                   f"compressed for {usage['raw_bytes'] / 1e6:,.1f} MB read ({escape(str(settings.state_dir / 'bronze'))})")
         _print_publications(con, settings)
-    except duckdb.IOException as exc:
+    except UNREADABLE_VIEWS as exc:
         _unreadable_views(settings, exc)
     finally:
         con.close()
 
 
+# What a published warehouse that does not stand whole raises: views that read no file, or
+# views and tables that are not the published ones
+UNREADABLE_VIEWS = (duckdb.IOException, duckdb.CatalogException, duckdb.BinderException)
+
+
 def _unreadable_views(settings: Settings, exc: duckdb.Error) -> None:
-    """Views that read no file (a lake moved elsewhere; a snapshot's file removed by hand): one
-    line, not a traceback."""
-    fail(f"{os.path.realpath(settings.warehouse)}: the published warehouse's views cannot read their files "
-         f"({_said(exc)}): the lake moved or its snapshot was damaged; the next `flywheel run` publishes it "
-         "again", 1)
+    """Views that read no file (a lake moved elsewhere; a snapshot's file removed by hand), or that
+    are not the ones published (the warehouse opened read-write, a view dropped or replaced: `eval`
+    ended in a traceback): one line, not a traceback."""
+    if isinstance(exc, duckdb.IOException):
+        fail(f"{os.path.realpath(settings.warehouse)}: the published warehouse's views cannot read their files "
+             f"({_said(exc)}): the lake moved or its snapshot was damaged; the next `flywheel run` publishes it "
+             "again", 1)
+    fail(f"{os.path.realpath(settings.warehouse)}: the published warehouse is not as published ({_said(exc)}): "
+         "it was changed (opened read-write: use read_only=True, duckdb -readonly); the next `flywheel run` "
+         "publishes it again", 1)
 
 
 def _print_writer(settings: Settings) -> None:
@@ -605,7 +615,7 @@ def eval_(
     with closing(_reader(settings)) as con:
         try:
             report = feedback_report(con)
-        except duckdb.IOException as exc:
+        except UNREADABLE_VIEWS as exc:
             _unreadable_views(settings, exc)
     out.print(report, highlight=False)
 

@@ -265,12 +265,24 @@ def test_a_moved_lake_or_a_snapshot_damaged_by_hand_is_published_again(tmp_path)
         f"error: {os.path.realpath(moved.warehouse)}: the published warehouse's views cannot read their files (IO "
         "Error: No files found"), status.output
     assert "Traceback" not in status.output and "the next `flywheel run` publishes it again" in status.output
-    for damage in ("moved", "a file removed", "the warehouse removed"):
+    for damage in ("moved", "a file removed", "the warehouse removed", "a view replaced"):
         current = moved.export_dir / CURRENT
         if damage == "a file removed":
             next((current / "training" / "sft").glob("*.parquet")).unlink()
         elif damage == "the warehouse removed":
             (current / WAREHOUSE_FILE).unlink()
+        elif damage == "a view replaced":  # an analyst's duckdb.connect(path): read-write
+            size = (current / WAREHOUSE_FILE).stat().st_size
+            analyst = duckdb.connect(str(current / WAREHOUSE_FILE))
+            analyst.execute("create or replace view exports.sft as select 1 as x")
+            analyst.execute("create or replace view marts.retrieval_summary as select 1 as x")
+            analyst.close()
+            assert (current / WAREHOUSE_FILE).stat().st_size == size and sft_rows() == 1
+            report = CliRunner().invoke(app, ["eval", "--feedback"], env=env, catch_exceptions=False)
+            assert report.exit_code == 1 and "Traceback" not in report.output, report.output
+            assert report.output.strip().splitlines()[-1].startswith(
+                f"error: {os.path.realpath(moved.warehouse)}: the published warehouse is not as published "
+                "(Binder Error: "), report.output
         result = run_pipeline(moved)
         assert result.success, result.failures
         manifest = verify_snapshot(moved.export_dir)

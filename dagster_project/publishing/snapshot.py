@@ -50,7 +50,7 @@ import duckdb
 from dagster_project import versions
 from dagster_project.publishing import parquet
 from dagster_project.publishing.parquet import (Dataset, Plan, commit_objects, fsync_all, fsync_dir, lit,
-                                                on_connections, plan, q, write_all)
+                                                on_connections, plan, q, sha256_file, write_all)
 from dagster_project.privacy import MENTION_MIN
 from dagster_project.settings import EXPORT_LINKS, SNAPSHOT_TREE
 from dagster_project.state import side_cursors
@@ -524,9 +524,12 @@ def _damage(snap: Path, manifest: dict) -> str | None:
     """Why the current snapshot does not stand whole where it is, or None. Its warehouse's views
     read files by absolute path: in a lake moved elsewhere every view failed (the directory they
     name is gone), and a run with nothing new said "nothing changed". A file removed by hand was
-    never put back, nor the warehouse file. Names and sizes only: a stat per file (~1,100 on the
-    bench lake), the content is not read. (A copy beside the original reads the original's
-    files until it publishes: the directory its views name is still there.)"""
+    never put back, nor the warehouse file. Names and sizes only for the Parquet files: a stat per
+    file (~1,100 on the bench lake), their content is not read. The warehouse file is hashed (0.5 to
+    1.1 MB there): an analyst's ``duckdb.connect(path)`` opens it read-write, and a view dropped or
+    replaced there (same size) was published on, "nothing changed", until the data changed. (A
+    copy beside the original reads the original's files until it publishes: the directory its
+    views name is still there.)"""
     root = (manifest.get("warehouse") or {}).get("root")
     if root is None:  # (published once again, as the lake may have moved since)
         return "an older version's manifest does not say which directory its warehouse reads"
@@ -534,6 +537,10 @@ def _damage(snap: Path, manifest: dict) -> str | None:
         return f"its warehouse reads {root}, which is gone: the lake moved"
     if not (snap / WAREHOUSE_FILE).is_file():
         return f"{snap / WAREHOUSE_FILE} is gone"
+    published = (manifest.get("warehouse") or {}).get("sha256")
+    if published and sha256_file(snap / WAREHOUSE_FILE) != published:
+        return (f"{snap / WAREHOUSE_FILE} was changed after it was published (opened read-write: "
+                "`duckdb.connect(path, read_only=True)` reads it without a chance of that)")
     for path, entry in manifest.get("datasets", {}).items():
         for f in entry.get("files", []):
             try:

@@ -41,7 +41,8 @@ from dagster_project.engine.accounting import BronzeDamaged
 from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.settings import Settings
 from transforms.jsontext import shallow
-from transforms.pseudonyms import existing_key, load_or_create_key, opaque_session_id, pseudonym, session_pseudonym
+from transforms.pseudonyms import (HEX_DIGITS, PREFIX, existing_key, load_or_create_key, opaque_session_id, pseudonym,
+                                  session_pseudonym)
 from transforms.spec import SourceSpec
 
 ERASED_FILE = "erased_subjects.json"
@@ -674,24 +675,28 @@ def _text_columns(columns: list[dict]) -> list[str]:
 MENTION_MIN = 8
 
 
+_PSEUDONYM = re.compile(re.escape(PREFIX) + f"[0-9a-f]{{{HEX_DIGITS}}}")
+
+
 def mention(subject_id: str) -> str | None:
     """The id to look for inside text, or None when it is too short to mean the subject."""
     return subject_id if len(subject_id) >= MENTION_MIN else None
 
 
 def subject_condition(subject_id: str, values: set[str]):
-    """A row goes if a text column equals one of ``values`` or contains the raw id (``mention``)."""
+    """A row goes if a text column equals one of ``values`` or contains the raw id (``mention``) or
+    its session pseudonym (a shared document path names the session by it: ``fw_doc_path``)."""
     from dagster_project.publishing.parquet import lit, q
 
     listed = ", ".join(lit(v) for v in sorted(values))
-    inside = mention(subject_id)
+    inside = [v for v in sorted(values) if _PSEUDONYM.fullmatch(v)] + ([m] if (m := mention(subject_id)) else [])
 
     def condition(table: str, columns: list[dict]) -> str | None:
         names = _text_columns(columns)
         if not names:
             return None
         return " or ".join(f"({q(n)}::varchar in ({listed})"
-                           + (f" or contains({q(n)}::varchar, {lit(inside)}))" if inside else ")") for n in names)
+                           + "".join(f" or contains({q(n)}::varchar, {lit(v)})" for v in inside) + ")" for n in names)
     return condition
 
 

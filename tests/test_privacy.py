@@ -683,3 +683,44 @@ def test_an_earlier_versions_pending_erasure_is_finished_with_its_counts(lake):
     done = privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
     assert done.rows["interactions"]["raw"] == mine_raw
     assert not (lake.state_dir / privacy.PENDING_FILE).exists() and not privacy.unfinished_erasures(lake)
+
+
+def test_a_document_path_naming_a_retrieval_session_is_shared_under_its_pseudonym(lake):
+    """The retrieval tool commits its session notes as `layer/sessions/<session id>.md`: the marts
+    listing missed and retrieved files published 15 of the sample's 17 session ids so, which the
+    privacy gate (values equal to an id) let through. A shared document path names the session
+    by its pseudonym, as `session_pseudonym` does; `flywheel forget` still finds it in the kept
+    snapshots."""
+    settings = lake
+    con = duckdb.connect(str(settings.state_db), read_only=True)
+    sessions = [s for (s,) in con.execute("select distinct session_id from staging.session_windows order by 1").fetchall()]
+    noted = [s for (s,) in con.execute("select distinct file_path from marts.missed_files").fetchall()]
+    con.close()
+    assert len(sessions) >= 10 and any(f"layer/sessions/{s}.md" in noted for s in sessions)  # what is at stake
+
+    def shared_rows_naming(needles: list[str]) -> dict[str, int]:
+        found = {}
+        for f in snapshots_dir(settings.export_dir).glob("*/*/*/*.parquet"):
+            if f.parts[-3] == "internal":
+                continue
+            cond = " or ".join(f"contains(t::varchar, '{n}')" for n in needles)
+            if n := duckdb.connect().execute(f"select count(*) from read_parquet('{f}') t where {cond}").fetchone()[0]:
+                found[f"{f.parts[-3]}/{f.parts[-2]}"] = found.get(f"{f.parts[-3]}/{f.parts[-2]}", 0) + n
+        return found
+
+    assert shared_rows_naming(sessions) == {}
+    key = settings.pseudonym_key.encode()
+    wh = duckdb.connect(os.path.realpath(settings.warehouse), read_only=True)
+    published = {p for (p,) in wh.execute("select file_path from marts.missed_files").fetchall()}
+    sid = next(s for s in sessions if f"layer/sessions/{s}.md" in noted)
+    assert f"layer/sessions/{session_pseudonym(key, sid)}.md" in published
+    # the same pseudonym the session's queries are published under
+    assert wh.execute("select count(*) from marts.retrieval_query_metrics where session_pseudonym = ?",
+                      [session_pseudonym(key, sid)]).fetchone()[0] > 0
+    wh.close()
+    kept = _versions(snapshots_dir(settings.export_dir))
+
+    done = cli(settings, "forget", "--session", sid)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert shared_rows_naming([session_pseudonym(key, sid)]) == {}
+    assert set(kept) < set(_versions(snapshots_dir(settings.export_dir)))  # the kept one scrubbed too

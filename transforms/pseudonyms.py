@@ -88,6 +88,22 @@ def register(con: duckdb.DuckDBPyConnection, key: bytes, name_ids: Iterable[str]
         "fw_pseudonym(sha256(raw_id::varchar))"
     )
     con.execute(f"create or replace temp macro fw_provenance(path) as {provenance_sql('path', name_ids)}")
+    con.execute(f"create or replace temp macro fw_doc_path(path) as {doc_path_sql('path')}")
+
+
+# A retrieval session's id (``YYYYMMDD-HHMMSS``, the eventlog's sessions) inside a document's path:
+# the session notes the retrieval tool commits are named by it (``layer/sessions/20260203-044020.md``)
+SESSION_IN_PATH = r"(?:^|\D)(\d{8}-\d{6})"
+
+
+def doc_path_sql(path: str) -> str:
+    """SQL of a repository document's path (retrieval marts' ``doc_path``, ``file_path``) in shared
+    datasets: each session id in it replaced by that session's pseudonym
+    (``layer/sessions/p_3f….md``), which the same datasets' ``session_pseudonym`` columns hold.
+    Published as they were, the marts listing missed and retrieved files held 15 of the sample's
+    17 session ids, which the privacy gate, looking for values equal to an id, let through."""
+    return (f"list_reduce(regexp_extract_all({path}, {lit(SESSION_IN_PATH)}, 1), "
+            f"lambda acc, id: replace(acc, id, fw_session_pseudonym(id)), {path})")
 
 
 def provenance_sql(path: str, name_ids: Iterable[str]) -> str:

@@ -165,8 +165,9 @@ def datasets(con: duckdb.DuckDBPyConnection) -> list[Dataset]:
 
 
 def shared_select(table: str, columns: list[str]) -> str:
-    """``select *`` with every raw id column replaced by its keyed pseudonym (and renamed so), and
-    every provenance path by what a shared dataset may say of it (``SHARED_PATHS``)."""
+    """``select *`` with every raw id column replaced by its keyed pseudonym (and renamed so), every
+    provenance path by what a shared dataset may say of it (``SHARED_PATHS``), and every document
+    path by its form without session ids (``fw_doc_path``)."""
     schema, name = table.split(".", 1)
     replace, rename, joins = [], [], []
     for column in columns:
@@ -174,6 +175,9 @@ def shared_select(table: str, columns: list[str]) -> str:
             alias = f"fw_p{len(joins)}"
             joins.append(f" left join {SHARED_PATHS} {alias} on {alias}.path = t.{q(column)}")
             replace.append(f"coalesce({alias}.shared, fw_provenance(t.{q(column)})) as {q(column)}")
+            continue
+        if column in DOC_PATHS:
+            replace.append(f"fw_doc_path(t.{q(column)}) as {q(column)}")
             continue
         if not re.search(ID_COLUMN, column):
             continue
@@ -233,6 +237,8 @@ def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patter
 # The raw-file provenance columns (``path`` everywhere, two in a DPO pair): in shared datasets a
 # person's id a file name carries is keyed, and a path outside the raw root loses its directories.
 PROVENANCE_PATHS = ("path", "chosen_path", "rejected_path")
+# Repository documents' paths (the retrieval marts): a session id in one is its pseudonym when shared.
+DOC_PATHS = ("doc_path", "file_path")
 SHARED_PATHS = "lineage.shared_paths"
 # The pseudonym key (its sha256) of the last snapshot published: a run with another one says so.
 PUBLISHED_KEY = "lineage.published_key"

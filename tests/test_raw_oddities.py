@@ -240,8 +240,9 @@ def test_an_eventlog_store_lacking_a_declared_column_is_read_by_the_columns_it_h
     """SQLite takes a double-quoted name that is no column for a string: a store without
     ``source_id`` loaded the text "source_id" as every row's value (its six commits one identity:
     staging kept one), one without ``source_file`` the text "source_file". A missing column is
-    now missing from the record (``missing_field`` when required, NULL when optional), and a
-    column the source does not declare is kept in ``extra``, as a JSON line's unknown key is."""
+    now missing from the record (``missing_field`` when required, NULL when optional); a column
+    the source does not declare is not read, as before (a record holding it would differ from
+    the one every lake read: each store with one re-read whole)."""
     logs = settings.raw_dir / "eventlog"
     no_sha = {c: t for c, t in EVENTLOG_COLUMNS.items() if c != "source_id"} | {"sha": "text"}
     _eventlog_store(logs / "no_source_id.db", no_sha,
@@ -256,8 +257,9 @@ def test_an_eventlog_store_lacking_a_declared_column_is_read_by_the_columns_it_h
     assert rows(con, "select source_id, source_file, extra from raw.eventlog order by seq") == [
         (f"{i:040x}", None, None) for i in (7, 8)]
     assert "source_id" not in str(rows(con, "select * from staging.eventlog"))  # no column's name as a value
-    # the undeclared column's value is kept with the quarantined record
-    assert rows(con, "select count(*) from ingest.quarantine where raw_text like ?", [f'%"sha":"{1:040x}"%']) == [(1,)]
+    assert rows(con, "select count(*) from ingest.quarantine where raw_text like '%\"sha\"%'") == [(0,)]
+    (record,) = rows(con, "select raw_text from ingest.quarantine order by line_number limit 1")[0]
+    assert sorted(json.loads(record)) == ["data", "event_type", "seq", "source_file", "timestamp"]
 
 
 def test_an_eventlog_store_without_its_key_column_is_unreadable_and_the_others_load(settings):
@@ -273,3 +275,16 @@ def test_an_eventlog_store_without_its_key_column_is_unreadable_and_the_others_l
     assert rows(con, "select source_id from raw.eventlog") == [(f"{1:040x}",)]
     (detail,) = rows(con, "select detail from ingest.file_events where path = 'eventlog/no_seq.db'")[0]
     assert detail.startswith("table eventlog has no column seq (its key); its columns: id, event_type"), detail
+    # a column the tool adds later is not read: the rows already read keep their records
+    import sqlite3
+
+    db = sqlite3.connect(logs / "good.db")
+    db.execute("alter table eventlog add column cwd text default '/home/alice/repo'")
+    db.execute("insert into eventlog (event_type, timestamp, source_id, source_file, data) values (?, ?, ?, ?, ?)",
+               list(_commit_event(4).values()))
+    db.commit()
+    db.close()
+    con, reports = ingest(settings, "run-2", sources=["eventlog"], con=con)
+    assert {f.path: f.event for f in reports["eventlog"].files}["eventlog/good.db"] == "appended"
+    assert rows(con, "select count(*) from ingest.file_events where run_id = 'run-2' and path = 'eventlog/good.db'") == [(0,)]
+    assert rows(con, "select source_id, extra from raw.eventlog order by seq") == [(f"{1:040x}", None), (f"{4:040x}", None)]

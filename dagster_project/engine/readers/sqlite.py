@@ -34,6 +34,7 @@ from dagster_project.engine.readers import FileView, Unit, finish, open_file, st
 from dagster_project.settings import Settings
 from transforms import arrowcols
 from transforms.classify import q
+from transforms.sqlfiles import lit
 from transforms.lines import LINES_SCHEMA, Rejected, invalid_utf8
 from transforms.spec import SqliteTable
 
@@ -206,22 +207,33 @@ def _columns(conn: sqlite3.Connection, table: SqliteTable) -> list[str]:
     without a text column loaded that column's name as each row's value (a store without
     ``source_id`` gave all its commits one identity, and staging kept one of six). A missing key
     or record column makes the store unreadable; a missing text column is left out of the record,
-    which its field's rule then judges (``missing_field:<name>`` when it is required)."""
+    which its field's rule then judges (``missing_field:<name>`` when it is required). Columns it
+    does not declare are not read: a record holding them would differ from the one every lake
+    read before (each store with one re-read whole, taken for recreated), and a BLOB among them
+    (an embedding) would make every record invalid UTF-8."""
     columns = [name.decode() if isinstance(name, bytes) else name
                for _, name, *_ in conn.execute(f"pragma table_info({q(table.table)})")]
     if columns:  # none: no such table, which the checksum's select reports
-        have = {c.lower() for c in columns}  # SQLite's names are case-insensitive
+        have = {_folded(c) for c in columns}
         for role, name in (("key", table.key), ("record column", table.record_column)):
-            if name is not None and name.lower() not in have:
+            if name is not None and _folded(name) not in have:
                 raise sqlite3.DatabaseError(f"table {table.table} has no column {name} (its {role}); "
                                             f"its columns: {', '.join(columns)}")
     return columns
 
 
+def _folded(name: str) -> str:
+    """A column name as SQLite compares it: case-insensitive in ASCII only (Python's ``lower``
+    folds ``É`` too, and a declared ``é`` would be taken for present and read as a string)."""
+    return name.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def _record_sql(table: SqliteTable, utf8: bool, columns: list[str]) -> str:
     """SQLite's expression of a row's record (as :class:`SqliteTable` declares it): the key and
-    the declared text columns the store has, then its other columns (kept in ``extra``, as a
-    JSON line's unknown keys are).
+    the declared text columns the store has (``_columns``).
 
     A BLOB in a text column (a tool binding bytes) is read as its text: ``json_object`` refuses
     BLOBs, and the whole store was unreadable. SQLite casts a BLOB to text in the store's
@@ -233,17 +245,10 @@ def _record_sql(table: SqliteTable, utf8: bool, columns: list[str]) -> str:
     if table.record_column is not None:
         return q(table.record_column)
     as_text = "cast({c} as text)" if utf8 else f"fw_utf8({q(table.key)}, {{c}})"
-    have = {c.lower() for c in columns}
-    declared = {table.key.lower(), *(c.lower() for c in table.text_columns)}
-    read = [c for c in table.text_columns if c.lower() in have] + [c for c in columns if c.lower() not in declared]
-    return f"json_object({_sql_text(table.key)}, {q(table.key)}" + "".join(
-        f", {_sql_text(c)}, case when typeof({q(c)}) = 'blob' then {as_text.format(c=q(c))} else {q(c)} end"
-        for c in read) + ")"
-
-
-def _sql_text(value: str) -> str:
-    """A SQLite string literal."""
-    return "'" + value.replace("'", "''") + "'"
+    have = {_folded(c) for c in columns}
+    return f"json_object({lit(table.key)}, {q(table.key)}" + "".join(
+        f", {lit(c)}, case when typeof({q(c)}) = 'blob' then {as_text.format(c=q(c))} else {q(c)} end"
+        for c in table.text_columns if _folded(c) in have) + ")"
 
 
 # A BLOB that is not UTF-8, as fw_utf8 writes it in a UTF-16 store: base64 between two U+FDD0

@@ -382,14 +382,20 @@ UNREADABLE_VIEWS = (duckdb.IOException, duckdb.CatalogException, duckdb.BinderEx
 def _unreadable_views(settings: Settings, exc: duckdb.Error) -> None:
     """Views that read no file (a lake moved elsewhere; a snapshot's file removed by hand), or that
     are not the ones published (the warehouse opened read-write, a view dropped or replaced: `eval`
-    ended in a traceback): one line, not a traceback."""
+    ended in a traceback): one line, not a traceback. Any other error (the file is as published:
+    a bug) is raised."""
+    path = os.path.realpath(settings.warehouse)
     if isinstance(exc, duckdb.IOException):
-        fail(f"{os.path.realpath(settings.warehouse)}: the published warehouse's views cannot read their files "
-             f"({_said(exc)}): the lake moved or its snapshot was damaged; the next `flywheel run` publishes it "
-             "again", 1)
-    fail(f"{os.path.realpath(settings.warehouse)}: the published warehouse is not as published ({_said(exc)}): "
-         "it was changed (opened read-write: use read_only=True, duckdb -readonly); the next `flywheel run` "
-         "publishes it again", 1)
+        fail(f"{path}: the published warehouse's views cannot read their files ({_said(exc)}): the lake moved or "
+             "its snapshot was damaged; the next `flywheel run` publishes it again", 1)
+    from dagster_project.publishing.parquet import sha256_file
+    from dagster_project.publishing.snapshot import read_manifest
+
+    published = ((read_manifest(settings.export_dir) or {}).get("warehouse") or {}).get("sha256")
+    if not published or sha256_file(Path(path)) == published:
+        raise exc
+    fail(f"{path}: the published warehouse was changed after it was published ({_said(exc)}): it was opened "
+         "read-write (use read_only=True, duckdb -readonly); the next `flywheel run` publishes it again", 1)
 
 
 def _print_writer(settings: Settings) -> None:

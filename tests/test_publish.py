@@ -281,8 +281,8 @@ def test_a_moved_lake_or_a_snapshot_damaged_by_hand_is_published_again(tmp_path)
             report = CliRunner().invoke(app, ["eval", "--feedback"], env=env, catch_exceptions=False)
             assert report.exit_code == 1 and "Traceback" not in report.output, report.output
             assert report.output.strip().splitlines()[-1].startswith(
-                f"error: {os.path.realpath(moved.warehouse)}: the published warehouse is not as published "
-                "(Binder Error: "), report.output
+                f"error: {os.path.realpath(moved.warehouse)}: the published warehouse was changed after it was "
+                "published (Binder Error: "), report.output
         result = run_pipeline(moved)
         assert result.success, result.failures
         manifest = verify_snapshot(moved.export_dir)

@@ -28,7 +28,7 @@ from transforms.spec import STORAGE_TYPE, Field, SourceSpec
 TRAILING_COMMA_RE = r",\s*[}\]]"
 NESTED_NONSTANDARD_RE = r"(?i)(^|[:\[,])\s*[-+]?(nan|inf)"
 NAIVE_FORMATS = ["%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"]
-NAIVE_NS_FORMATS = ["%Y-%m-%dT%H:%M:%S.%n", "%Y-%m-%d %H:%M:%S.%n"]
+EXTRA_FRACTION_RE = r"(\.\d{6})\d{1,3}$"
 OFFSET_RE = r"(Z|z|[+-]\d\d:?\d\d)$"
 OFFSET_HM_RE = r"[+-](\d\d):?(\d\d)$"
 MAX_OFFSET_MINUTES = 18 * 60  # ISO 8601 / RFC 3339 offsets stop at ±18:00
@@ -85,7 +85,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         "comma_re": TRAILING_COMMA_RE,
         "nested_re": NESTED_NONSTANDARD_RE,
         "naive_formats": NAIVE_FORMATS,
-        "naive_ns_formats": NAIVE_NS_FORMATS,
+        "extra_fraction_re": EXTRA_FRACTION_RE,
         "offset_re": OFFSET_RE,
         "earliest": spec.earliest,
         "latest": spec.latest,
@@ -357,7 +357,7 @@ def _time_exprs(f: Field, i: int, params: dict, source_zone: str) -> list[tuple[
 def _naive(t: str) -> str:
     """The wall time of a naive time's text ``t`` (NULL: not one)."""
     return (f"coalesce(try_strptime({t}, $naive_formats), "
-            f"make_timestamp(epoch_ns(try_strptime({t}, $naive_ns_formats)) // 1000))")
+            f"try_strptime(regexp_replace({t}, $extra_fraction_re, '\\1'), $naive_formats))")
 
 
 def _time_text(f: Field, i: int) -> str:

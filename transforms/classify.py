@@ -32,9 +32,9 @@ NESTED_NONSTANDARD_RE = r"(?i)(^|[:\[,])\s*[-+]?(nan|inf)"
 NAIVE_FORMATS = ["%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"]
 # A time with 7 to 9 fraction digits (numpy's datetime64[ns], .NET's round-trip format: 7) was
 # bad_timestamp when naive, and read to the microsecond (cut, not rounded) with an offset: read
-# alike, by these formats (%n: up to 9 digits), tried only where the ones above fail (a list
-# holding %n makes every result a TIMESTAMP_NS)
-NAIVE_NS_FORMATS = ["%Y-%m-%dT%H:%M:%S.%n", "%Y-%m-%d %H:%M:%S.%n"]
+# alike, its digits after the sixth cut, only where the formats above fail (%n would make every
+# result a TIMESTAMP_NS, which rounds, truncates toward 1970 and ends in 2262)
+EXTRA_FRACTION_RE = r"(\.\d{6})\d{1,3}$"
 OFFSET_RE = r"(Z|z|[+-]\d\d:?\d\d)$"
 OFFSET_HM_RE = r"[+-](\d\d):?(\d\d)$"
 UTC_ZONES = ("UTC", "Etc/UTC")
@@ -92,7 +92,7 @@ def build_sql(spec: SourceSpec, relation: str, *, check_nonstandard: bool = True
         "comma_re": TRAILING_COMMA_RE,
         "nested_re": NESTED_NONSTANDARD_RE,
         "naive_formats": NAIVE_FORMATS,
-        "naive_ns_formats": NAIVE_NS_FORMATS,
+        "extra_fraction_re": EXTRA_FRACTION_RE,
         "offset_re": OFFSET_RE,
         "earliest": spec.earliest,
         "latest": spec.latest,
@@ -399,7 +399,7 @@ def _time_exprs(f: Field, i: int, params: dict, source_zone: str) -> list[tuple[
 def _naive(t: str) -> str:
     """The wall time of a naive time's text ``t`` (NULL: not one)."""
     return (f"coalesce(try_strptime({t}, $naive_formats), "
-            f"make_timestamp(epoch_ns(try_strptime({t}, $naive_ns_formats)) // 1000))")
+            f"try_strptime(regexp_replace({t}, $extra_fraction_re, '\\1'), $naive_formats))")
 
 
 def _time_text(f: Field, i: int) -> str:

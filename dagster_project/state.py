@@ -288,6 +288,7 @@ def state_connection(settings: Settings, *, lock: bool = True) -> Iterator[duckd
 
 
 _failed_checkpoints: set[str] = set()  # state databases whose last checkpoint failed (warned once)
+_checkpoints_guard = threading.Lock()  # (a run's step threads close connections at once)
 
 
 def _checkpoint(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
@@ -300,13 +301,16 @@ def _checkpoint(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     try:
         con.execute("checkpoint")
     except duckdb.Error as exc:
-        if key not in _failed_checkpoints:
+        with _checkpoints_guard:
+            said = key in _failed_checkpoints
             _failed_checkpoints.add(key)
+        if not said:
             first = str(exc).strip().splitlines()[0]
             print(f"warning: {settings.state_db}: the checkpoint failed ({first}); what was committed is "
                   "kept in its write-ahead log, which the next run replays", file=sys.stderr, flush=True)
     else:
-        _failed_checkpoints.discard(key)
+        with _checkpoints_guard:
+            _failed_checkpoints.discard(key)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -275,3 +275,6 @@ except duckdb.IOException as exc:
     assert plain.endswith(f': Could not write file "{target}": File too large'), plain
     assert "{" not in plain and "errno" not in plain
     assert plain_error("Binder Error: column {x} not found") == "Binder Error: column {x} not found"
+    assert plain_error('A: {"exception_type":"IO","exception_message":"m1"} in {part}; '
+                       'B: {"exception_type":"IO","exception_message":"m2","errno":"28"}') == "A: m1 in {part}; B: m2"
+    assert plain_error('C: {"exception_type" cut short') == 'C: {"exception_type" cut short'

@@ -10,7 +10,6 @@ one statement per file.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -40,23 +39,27 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         raise
 
 
-# DuckDB nests an inner error as JSON in its message, to the end of the line: a Parquet write on a
-# full disk said `IO Error: Async write failed for range [offset=29, size=3227284]:
+# DuckDB nests an inner error as JSON in its message: a Parquet write on a full disk said
+# `IO Error: Async write failed for range [offset=29, size=3227284]:
 # {"exception_type":"IO","exception_message":"Could not write file \"…\": File too large","errno":"27"}`
-_NESTED_ERROR = re.compile(r'\{"exception_type":[^\n]*\}')
+_NESTED_ERROR = '{"exception_type"'
 
 
 def plain_error(text: str) -> str:
-    """``text`` with each error DuckDB nested as JSON replaced by its message."""
-    def message(match: re.Match) -> str:
+    """``text`` with each error DuckDB nested as JSON replaced by its message (text around it kept)."""
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while (start := text.find(_NESTED_ERROR, at)) >= 0:
         try:
-            inner = json.loads(match.group(0))
-        except ValueError:
-            return match.group(0)
-        if isinstance(inner, dict) and inner.get("exception_message"):
-            return inner["exception_message"]
-        return match.group(0)
-    return _NESTED_ERROR.sub(message, text)
+            inner, end = decoder.raw_decode(text, start)
+        except ValueError:  # not JSON after all: kept as it is
+            out.append(text[at:start + 1])
+            at = start + 1
+            continue
+        message = inner.get("exception_message") if isinstance(inner, dict) else None
+        out.append(text[at:start] + (message if isinstance(message, str) and message else text[start:end]))
+        at = end
+    out.append(text[at:])
+    return "".join(out)
 
 
 @contextmanager

@@ -41,7 +41,7 @@ from dagster_project.engine.accounting import BronzeDamaged
 from dagster_project.engine.readers import sqlite as sqlite_reader
 from dagster_project.settings import Settings
 from transforms.jsontext import shallow
-from transforms.pseudonyms import (HEX_DIGITS, PREFIX, existing_key, load_or_create_key, opaque_session_id, pseudonym,
+from transforms.pseudonyms import (DOC_PATHS, existing_key, load_or_create_key, opaque_session_id, pseudonym,
                                   session_pseudonym)
 from transforms.spec import SourceSpec
 
@@ -534,11 +534,14 @@ def _save_keys(settings: Settings, keys: set[str]) -> None:
 # --------------------------------------------------------------------------- snapshots
 
 
-def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[int, int]:
+def scrub_snapshots(export_dir: Path, condition, legacy: bool = False,
+                    progress: Callable[[str, int], None] | None = None) -> tuple[int, int]:
     """Rewrite every kept snapshot's Parquet files without the rows ``condition(table, columns)``
     (a SQL predicate, or None to skip the table) selects; returns (rows removed, snapshots).
     ``legacy``: an older layout's exports moved aside too (``_scrub_legacy``; retention, which
-    reaches staging tables only, has none to scrub there, and every run would look at them)."""
+    reaches staging tables only, has none to scrub there, and every run would look at them).
+    ``progress(file, rows)``: called before each file (``<version>/<dataset>/<name>``) is changed,
+    with the rows it loses, so a scrub stopped half way can be counted whole when it is finished."""
     from dagster_project.publishing.parquet import fsync_dir, lit, seal, sha256_file
     from dagster_project.publishing.snapshot import (MANIFEST, OBJECTS, _link, _locked, _versions, _write_manifest,
                                                      collect_objects, manifest_objects, snapshots_dir)
@@ -585,6 +588,8 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
                         os.replace(tmp, obj)
                     rows = con.execute(f"select count(*) from read_parquet({lit(obj)})").fetchone()[0]
                     _noted(entry, f, rows=rows, bytes=obj.stat().st_size, sha256=sha, object=key)
+                    if progress is not None:
+                        progress(f"{version}/{path}/{f['name']}", n)
                     # The manifest first, then the file: stopped in between (a full export disk),
                     # the file still holds the rows and the next scrub replaces it. The other way
                     # round, it found the file clean and skipped it, and the manifest went on naming
@@ -605,6 +610,8 @@ def scrub_snapshots(export_dir: Path, condition, legacy: bool = False) -> tuple[
             # an older layout's exports, moved aside by the first snapshot (``ensure_links``): no
             # manifest, plain files (their ``.versions`` copies included), scrubbed where they lie
             n = _scrub_legacy(con, moved, condition)
+            if progress is not None and n:
+                progress(f"{moved.name}/", n)
             removed += n
             touched += bool(n)
     con.close()
@@ -642,20 +649,14 @@ def _scrub_legacy(con: duckdb.DuckDBPyConnection, directory: Path, condition) ->
 def _copy_without(con: duckdb.DuckDBPyConnection, file: Path, where: str, tmp: Path) -> int:
     """How many rows of the Parquet ``file`` ``where`` selects; when some, ``file`` without them is
     written (and fsynced) to ``tmp``."""
-    from dagster_project.publishing.parquet import PARQUET_OPTIONS, fsync_file, lit
+    from dagster_project.publishing.parquet import PARQUET_OPTIONS, copy_nullable, fsync_file, lit
 
     n = con.execute(f"select count(*) from read_parquet({lit(file)}) where {where}").fetchone()[0]
     if n:
-        # through a table holding a row of NULLs too, as the publisher writes (``_copy_sorted``): a
-        # COPY straight from the file marked REQUIRED each column the kept rows hold no NULL in,
-        # and a dataset's scrubbed file no longer shared its other files' schema (concat failed)
-        con.execute(f"create or replace temp table _fw_kept as select *, true as __kept from read_parquet({lit(file)}) "
-                    f"where not coalesce({where}, false)")
-        try:
-            con.execute("insert into _fw_kept (__kept) values (null)")
-            con.execute(f"copy (select * exclude (__kept) from _fw_kept where __kept) to {lit(tmp)} ({PARQUET_OPTIONS})")
-        finally:
-            con.execute("drop table if exists _fw_kept")
+        # every column OPTIONAL, as in the dataset's other files (copied straight from this one,
+        # a column the kept rows hold no NULL in was REQUIRED: pa.concat_tables of the dataset failed)
+        copy_nullable(con, f"select * from read_parquet({lit(file)}) where not coalesce({where}, false)", tmp,
+                      PARQUET_OPTIONS)
         fsync_file(tmp)
     return n
 
@@ -675,28 +676,28 @@ def _text_columns(columns: list[dict]) -> list[str]:
 MENTION_MIN = 8
 
 
-_PSEUDONYM = re.compile(re.escape(PREFIX) + f"[0-9a-f]{{{HEX_DIGITS}}}")
-
-
 def mention(subject_id: str) -> str | None:
     """The id to look for inside text, or None when it is too short to mean the subject."""
     return subject_id if len(subject_id) >= MENTION_MIN else None
 
 
-def subject_condition(subject_id: str, values: set[str]):
-    """A row goes if a text column equals one of ``values`` or contains the raw id (``mention``) or
-    its session pseudonym (a shared document path names the session by it: ``fw_doc_path``)."""
+def subject_condition(subject_id: str, values: set[str], in_paths: str | None = None):
+    """A row goes if a text column equals one of ``values`` or contains the raw id (``mention``),
+    or a document path column contains ``in_paths`` (a session's pseudonym: a shared document
+    path names the session by it, ``fw_doc_path``)."""
     from dagster_project.publishing.parquet import lit, q
 
     listed = ", ".join(lit(v) for v in sorted(values))
-    inside = [v for v in sorted(values) if _PSEUDONYM.fullmatch(v)] + ([m] if (m := mention(subject_id)) else [])
+    inside = mention(subject_id)
 
     def condition(table: str, columns: list[dict]) -> str | None:
         names = _text_columns(columns)
         if not names:
             return None
-        return " or ".join(f"({q(n)}::varchar in ({listed})"
-                           + "".join(f" or contains({q(n)}::varchar, {lit(v)})" for v in inside) + ")" for n in names)
+        return " or ".join(
+            f"({q(n)}::varchar in ({listed})" + (f" or contains({q(n)}::varchar, {lit(inside)})" if inside else "")
+            + (f" or contains({q(n)}, {lit(in_paths)})" if in_paths and n in DOC_PATHS else "") + ")"
+            for n in names)
     return condition
 
 
@@ -816,6 +817,9 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
     rows: dict[str, dict[str, int]] = {}
     values = {subject_id, opaque_session_id(subject_id), pseudonym(secret, subject_id),
               session_pseudonym(secret, subject_id)}
+    # kept-snapshot file -> rows the scrub removed from it: a scrub stopped half way (a full export
+    # disk) and finished by a retry recorded only the retry's rows (41 of 42 in a hunt)
+    scrubbed: dict[str, int] = {}
     pending_file = settings.state_dir / PENDING_DIR / f"{subject_key}.json"
 
     # What is needed to finish (a retry of the same command), kept privately from before bronze is
@@ -825,7 +829,8 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
     # (``ingest.erasures`` written: a retry must not record it again).
     def save_pending(now: str) -> None:
         bronze_mod._atomic_write(pending_file, json.dumps(
-            {"subject": subject_key, "phase": now, "values": sorted(values - {subject_id}), "rows": rows}
+            {"subject": subject_key, "phase": now, "values": sorted(values - {subject_id}), "rows": rows,
+             "scrubbed": scrubbed}
         ).encode("utf-8"))
 
     with writer_lock(settings):
@@ -837,6 +842,7 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
         all_keys = erased_keys(settings) | keys
         if pending:
             rows, values = pending["rows"], values | set(pending["values"])
+            scrubbed.update(pending.get("scrubbed", {}))
         # Sources whose records carry links (interaction ids) go first: their carried keys
         # erase the linked records of the others. Each source's erasure commits on its own: the
         # keys it carried and what it removed are saved before it does, so a run killed between
@@ -879,7 +885,16 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
             save_pending("rebuild")
     if phase != "recorded":
         rebuild()
-    snapshot_rows, snapshots = scrub_snapshots(settings.export_dir, subject_condition(subject_id, values), legacy=True)
+    in_paths = session_pseudonym(secret, subject_id) if kind == "session" else None
+
+    def scrubbing(file: str, n: int) -> None:
+        if phase != "recorded":  # (a retry after the record only finishes the scrub)
+            scrubbed[file] = n  # (the same file found again by a retry: the same rows, once)
+            save_pending("rebuild")
+
+    scrub_snapshots(settings.export_dir, subject_condition(subject_id, values, in_paths), legacy=True,
+                    progress=scrubbing)
+    snapshot_rows, snapshots = sum(scrubbed.values()), len({f.split("/", 1)[0] for f in scrubbed})
     if phase != "recorded":
         with state_connection(settings) as con:
             if totals:

@@ -724,3 +724,41 @@ def test_a_document_path_naming_a_retrieval_session_is_shared_under_its_pseudony
     assert done.returncode == 0, done.stderr + done.stdout
     assert shared_rows_naming([session_pseudonym(key, sid)]) == {}
     assert set(kept) < set(_versions(snapshots_dir(settings.export_dir)))  # the kept one scrubbed too
+
+
+@pytest.mark.slow
+def test_a_forget_whose_snapshot_scrub_stopped_half_way_counts_each_removed_row_once(lake, tmp_path, monkeypatch):
+    """A kept snapshot's scrub stopped after its first file (the export disk full) and finished
+    by running the forget again recorded only the rows the retry removed (41 of 42 in a hunt):
+    what each file lost is kept with the unfinished erasure. Counted as a forget never stopped
+    counts, on a copy of the same lake."""
+    from conftest import copy_run
+    from dagster_project import privacy
+    from dagster_project.publishing import parquet
+    from dagster_project.sources import builtin_sources
+
+    whole = copy_run(lake, tmp_path / "whole")
+    privacy.forget(whole, "session", SESSION, builtin_sources(), lambda: run_pipeline(whole, full_refresh=True))
+    counted = "select sum(snapshot_rows), max(snapshots) from ingest.erasures where kind = 'session'"
+    expected = state_query(whole, counted)
+    assert expected[0][0] >= 2, expected  # rows in more than one file: a stop can fall between them
+
+    target = snapshots_dir(lake.export_dir) / _versions(snapshots_dir(lake.export_dir))[0]
+    fsync_dir, calls = parquet.fsync_dir, []
+
+    def disk_full_at_the_second_file(path):  # a file's manifest, then its replacement; then the next's
+        if Path(path).is_relative_to(target):
+            calls.append(path)
+            if len(calls) == 3:
+                raise OSError(28, "No space left on device")
+        fsync_dir(path)
+
+    monkeypatch.setattr(parquet, "fsync_dir", disk_full_at_the_second_file)
+    with pytest.raises(OSError, match="No space left"):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert len(calls) == 3
+    monkeypatch.setattr(parquet, "fsync_dir", fsync_dir)
+    privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert state_query(lake, counted) == expected
+    for version in _versions(snapshots_dir(lake.export_dir)):
+        verify_snapshot(lake.export_dir, version)

@@ -91,9 +91,12 @@ def register(con: duckdb.DuckDBPyConnection, key: bytes, name_ids: Iterable[str]
     con.execute(f"create or replace temp macro fw_doc_path(path) as {doc_path_sql('path')}")
 
 
-# A retrieval session's id (``YYYYMMDD-HHMMSS``, the eventlog's sessions) inside a document's path:
-# the session notes the retrieval tool commits are named by it (``layer/sessions/20260203-044020.md``)
-SESSION_IN_PATH = r"(?:^|\D)(\d{8}-\d{6})"
+# Repository documents' paths (the retrieval marts' columns): a session id in one is shared as its
+# pseudonym. A retrieval session's id (``YYYYMMDD-HHMMSS``, the eventlog's sessions) names the
+# session notes the retrieval tool commits (``layer/sessions/20260203-044020.md``); any such
+# stamp, not inside a longer run of digits, is taken for one.
+DOC_PATHS = ("doc_path", "file_path")
+SESSION_IN_PATH = r"(?:^|[^0-9])(\d{8}-\d{6})(?:[^0-9]|$)"
 
 
 def doc_path_sql(path: str) -> str:

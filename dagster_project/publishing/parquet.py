@@ -673,6 +673,19 @@ def _copy_sorted(con: duckdb.DuckDBPyConnection, planned: Plan, parts: list[Part
         con.execute("drop table if exists _fw_sorted")
 
 
+def copy_nullable(con: duckdb.DuckDBPyConnection, select_sql: str, target: Path, options: str) -> None:
+    """``COPY`` the rows of ``select_sql``, in its order, to ``target`` with every column OPTIONAL
+    in the file's schema, as ``_copy_sorted`` writes them: through a table that also holds a row of
+    NULLs, left out of the copy (a COPY straight from a query marks REQUIRED each column DuckDB
+    knows holds no NULL there: a kept snapshot's file rewritten by a scrub did)."""
+    con.execute(f"create or replace temp table _fw_nullable as select *, true as __kept from ({select_sql})")
+    try:
+        con.execute("insert into _fw_nullable (__kept) values (null)")
+        con.execute(f"copy (select * exclude (__kept) from _fw_nullable where __kept) to {lit(target)} ({options})")
+    finally:
+        con.execute("drop table if exists _fw_nullable")
+
+
 def verify_written(path: Path, rows: int, what: str) -> tuple[str, int]:
     """Read the file just written once: its sha256, and its Parquet footer must count ``rows``."""
     import pyarrow as pa

@@ -55,6 +55,7 @@ from dagster_project.privacy import MENTION_MIN
 from dagster_project.settings import EXPORT_LINKS, SNAPSHOT_TREE
 from dagster_project.state import side_cursors
 from dagster_project.publishing.warehouse import build_warehouse, verify_warehouse
+from transforms.pseudonyms import DOC_PATHS
 
 FORMAT = "flywheel-snapshot/1"
 SNAPSHOTS = SNAPSHOT_TREE
@@ -237,8 +238,6 @@ def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patter
 # The raw-file provenance columns (``path`` everywhere, two in a DPO pair): in shared datasets a
 # person's id a file name carries is keyed, and a path outside the raw root loses its directories.
 PROVENANCE_PATHS = ("path", "chosen_path", "rejected_path")
-# Repository documents' paths (the retrieval marts): a session id in one is its pseudonym when shared.
-DOC_PATHS = ("doc_path", "file_path")
 SHARED_PATHS = "lineage.shared_paths"
 # The pseudonym key (its sha256) of the last snapshot published: a run with another one says so.
 PUBLISHED_KEY = "lineage.published_key"

@@ -201,6 +201,65 @@ def test_a_sources_file_with_a_misspelt_top_level_key_or_bad_yaml_is_refused_in_
         "Configuration) or unset it"]
 
 
+def test_a_sources_file_naming_a_key_twice_a_zone_duckdb_lacks_or_a_directory_glob_is_refused(tmp_path):
+    """A source given twice kept its second entry alone (its time zone read as UTC), without a
+    word; `localtime` (Python knows it, DuckDB does not) failed every run on a line naming neither
+    the setting nor the file; a glob of `/` failed every run in a traceback from pathlib."""
+    (tmp_path / "raw").mkdir()
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("sources:\n  interactions: {time_zone: Europe/Oslo}\n  signals: {enabled: false}\n"
+                     "  interactions: {globs: [x.jsonl]}\n")
+    assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(twice)) == [
+        f"FLYWHEEL_SOURCES: {twice}: not valid YAML at line 4, column 3: 'interactions' is given twice"]
+    for zone in ("localtime", "posixrules", "right/UTC"):
+        local = tmp_path / "local.yaml"
+        local.write_text(f"sources:\n  interactions:\n    time_zone: {zone}\n")
+        assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(local)) == [
+            f"FLYWHEEL_SOURCES: {local}: sources.interactions.time_zone: unknown time zone {zone!r}"]
+    root = tmp_path / "root.yaml"
+    for glob in ("/", ".", "signals/.."):
+        root.write_text(f'sources:\n  signals:\n    globs: ["{glob}"]\n')
+        [problem] = preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(root))
+        assert problem.startswith(f"FLYWHEEL_SOURCES: {root}: sources.signals.globs: {glob!r} names a directory, "
+                                  "not files; e.g. "), problem
+
+
+def test_an_export_directory_inside_a_snapshot_tree_or_another_export_directory_is_refused(settings, tmp_path):
+    """Given another lake's `exports/current` (a link into its snapshot tree), a run took that
+    snapshot's datasets for an older layout's, moved them aside and linked its own in their place:
+    the other lake's published `training/sft` read this lake's rows. Its `.snapshots`, a
+    directory under its export directory and a lake's state directory are refused alike."""
+    from conftest import dumps, interaction, write_lines
+    from dagster_project.pipeline import run_pipeline
+    from dagster_project.publishing import current_version
+    from dagster_project.publishing.snapshot import verify_snapshot
+
+    write_lines(settings.raw_dir / "interactions" / "interactions_2026-02-26.jsonl",
+                [dumps(interaction(i)) for i in (1, 2)])
+    settings = replace(settings, pseudonym_key="test-key")
+    assert run_pipeline(settings).success
+    published = current_version(settings.export_dir)
+    write_lines(tmp_path / "raw_b" / "interactions" / "interactions_2026-02-26.jsonl",
+                [dumps(interaction(i)) for i in (7, 8, 9)])
+    other = replace(settings, raw_dir=tmp_path / "raw_b", warehouse=tmp_path / "b" / "warehouse.duckdb")
+    snapshots = (settings.export_dir / ".snapshots").resolve()
+    for export_dir, inside in ((settings.export_dir / "current", f"inside the snapshot tree {snapshots}"),
+                               (settings.export_dir / ".snapshots", f"inside the snapshot tree {snapshots}"),
+                               (settings.export_dir / "mine", f"inside the export directory "
+                                                              f"{settings.export_dir.resolve()}"),
+                               (settings.state_dir / "exports", f"inside the lake state directory "
+                                                                f"{settings.state_dir.resolve()}")):
+        with pytest.raises(SettingsError) as refused:
+            run_pipeline(replace(other, export_dir=export_dir))
+        assert refused.value.problems == [
+            f"FLYWHEEL_EXPORT_DIR={export_dir} is {inside}: a publish there would move a published snapshot's "
+            f"files aside; give a directory of its own, outside {inside.rsplit(' ', 1)[1]}"]
+    assert current_version(settings.export_dir) == published
+    verify_snapshot(settings.export_dir)
+    assert sorted(p.name for p in (settings.export_dir / "current").iterdir()) == [
+        "analytics", "internal", "manifest.json", "training", "warehouse.duckdb"]
+
+
 def _allocator_options(env: dict[str, str]) -> str:
     """What pyarrow's allocator says of its options when the command line's modules load it."""
     code = ("import dagster_project.cli, pyarrow as pa; "

@@ -69,8 +69,13 @@ def registered(con: duckdb.DuckDBPyConnection, name: str, table) -> Iterator[Non
     con.register(name, table)
     try:
         yield
-    finally:
-        con.unregister(name)
+    except BaseException:
+        try:
+            con.unregister(name)
+        except duckdb.TransactionException:
+            pass  # the block failed inside a transaction, which then refuses this too: its error is the one raised
+        raise
+    con.unregister(name)
 
 
 @cache

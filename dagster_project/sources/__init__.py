@@ -48,6 +48,34 @@ ORDER = {name: i for i, name in enumerate([
 ])}
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML whose mappings name each key once: a source given twice kept its second entry alone,
+    and a key twice its last value, without a word (a time zone read as UTC)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _known_zone(zone: object) -> None:
+    """Raise unless both Python and DuckDB know ``zone``: the classifier converts in DuckDB, whose
+    list lacks some names Python's has (``localtime``, ``posixrules``, ``posix/…``, ``right/…``:
+    every run failed, on a line naming neither the setting nor the file)."""
+    import duckdb
+
+    ZoneInfo(zone)
+    duckdb.connect().execute("select timezone(?, timestamp '2000-01-01')", [zone]).fetchone()
+
+
 def load_sources(sources_file: Path | None = None, *, disabled: bool = False) -> dict[str, SourceSpec]:
     """The registry with the sources YAML applied; errors name the file and the key.
     ``disabled``: keep the sources it disables, with their other settings (erasure and retention
@@ -56,7 +84,7 @@ def load_sources(sources_file: Path | None = None, *, disabled: bool = False) ->
     if sources_file is None:
         return specs
     try:
-        doc = yaml.safe_load(sources_file.read_text(encoding="utf-8")) or {}
+        doc = yaml.load(sources_file.read_text(encoding="utf-8"), Loader=_UniqueKeys) or {}
     except yaml.YAMLError as exc:
         # PyYAML's message spans lines (the problem, then the line and a caret): one line here
         mark = getattr(exc, "problem_mark", None)
@@ -102,10 +130,14 @@ def load_sources(sources_file: Path | None = None, *, disabled: bool = False) ->
             if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
                 raise SourcesConfigError(f"{sources_file}: sources.{name}.globs: expected a path or a list of "
                                          f"paths, got {globs!r}")
+            if dirs := [g for g in globs if Path(g).name in ("", ".", "..")]:
+                # (`/` failed every run in a traceback from inside pathlib)
+                raise SourcesConfigError(f"{sources_file}: sources.{name}.globs: {dirs[0]!r} names a directory, "
+                                         f"not files; e.g. {str(Path(dirs[0]) / '*.jsonl')!r}")
             changes["globs"] = tuple(globs)
         if "time_zone" in override:
             try:
-                ZoneInfo(override["time_zone"])
+                _known_zone(override["time_zone"])
             except Exception as exc:
                 raise SourcesConfigError(
                     f"{sources_file}: sources.{name}.time_zone: unknown time zone "

@@ -253,6 +253,26 @@ class Settings:
                     f"own files; put it beside the raw root, e.g. {name}={raw.parent / example}")
         return None
 
+    def _nested_export(self) -> str | None:
+        """The export directory inside a snapshot tree (another lake's ``current``, a link into its
+        ``.snapshots``), inside another export directory, or inside a lake's state directory. The
+        owner check looks in the directory given only: a run given another lake's `…/exports/current`
+        took that snapshot's datasets for an older layout's, moved them aside and put its own links
+        there, and `flywheel status` of that lake still said `passed`."""
+        real = self.export_dir.resolve()
+        for directory in (real, *real.parents):
+            if directory.name == SNAPSHOT_TREE:
+                what = f"inside the snapshot tree {directory}"
+            elif directory != real and (directory / SNAPSHOT_TREE).is_dir():
+                what = f"inside the export directory {directory}"
+            elif directory.name == self.state_dir.name and (directory / self.state_db.name).exists():
+                what = f"inside the lake state directory {directory}"
+            else:
+                continue
+            return (f"FLYWHEEL_EXPORT_DIR={self.export_dir} is {what}: a publish there would move a published "
+                    f"snapshot's files aside; give a directory of its own, outside {directory}")
+        return None
+
     def preflight(self, *, need_raw: bool = True) -> None:
         """Check the file system before a run writes anything: the raw root exists, the warehouse
         and export paths can be written, the sources file loads. All problems at once."""
@@ -276,6 +296,8 @@ class Settings:
                             f"FLYWHEEL_EXPORT_DIR={self.export_dir / 'flywheel'}")
         if (inside := self._inside_raw("FLYWHEEL_EXPORT_DIR", self.export_dir, self.export_dir, "exports")):
             problems.append(inside)
+        if (nested := self._nested_export()) is not None:
+            problems.append(nested)
         today = datetime.now(timezone.utc).date()
         if self.as_of is not None and (self.as_of - today).days > 1:  # (a day's slack: time zones)
             # retention erases from the lake (bronze) what is older than its window as of the run

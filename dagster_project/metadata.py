@@ -25,8 +25,13 @@ def markdown_table(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None,
     return head + "\n".join("| " + " | ".join(cell(v) for v in row) + " |" for row in rows)
 
 
-def preview(con: duckdb.DuckDBPyConnection, table: str, columns: str = "*", n: int = 5) -> dg.MetadataValue:
-    return dg.MetadataValue.md(markdown_table(con, f"select {columns} from {table} limit {int(n)}"))
+def column_schema(con: duckdb.DuckDBPyConnection, table: str) -> dg.MetadataValue:
+    """A table's columns and types, as the Dagster UI shows a table's schema; never its rows.
+    Dagster's run history lies outside the lake's erasure and retention: a preview of each
+    table's first rows, kept there for FLYWHEEL_KEEP_RUNS runs, held ids `flywheel forget` had
+    erased and ratings retention had expired (raw session and user ids, git authors)."""
+    return dg.MetadataValue.table_schema(dg.TableSchema(columns=[
+        dg.TableColumn(name, kind) for name, kind, *_ in con.execute(f"describe {table}").fetchall()]))
 
 
 def count(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> int:

@@ -27,7 +27,7 @@ import dagster as dg
 import duckdb
 
 from dagster_project import versions
-from dagster_project.metadata import preview
+from dagster_project.metadata import column_schema
 from dagster_project.expectations import SUITES
 from dagster_project.resources import FlywheelResource
 from dagster_project.state import WRITER_TAGS
@@ -209,7 +209,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                 for table in spec.tables:
                     yield dg.MaterializeResult(asset_key=spec.key(table), metadata={
                         **reused[table],
-                        "preview": preview(con, quote_table(table)), **extra.get(table, {})})
+                        "dagster/column_schema": column_schema(con, quote_table(table)), **extra.get(table, {})})
                 yield from gx_check_results(con, spec.tables, context.run_id)
                 return
             built_by = {table: versions.get(con, table) for table in spec.tables}
@@ -265,7 +265,7 @@ def table_assets(spec: TableGroup) -> dg.AssetsDefinition:
                         "excluded_rows": drops[table].total + carried[table],
                         "excluded": dg.MetadataValue.json({**drops[table].metadata(),
                                                            "carried_from_earlier_runs": carried[table]}),
-                        "preview": preview(con, quote_table(table)),
+                        "dagster/column_schema": column_schema(con, quote_table(table)),
                         **extra.get(table, {}),
                     },
                 )

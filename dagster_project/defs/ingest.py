@@ -17,7 +17,7 @@ from dagster_project.engine import Ingestor, check_accounting
 from dagster_project.engine.discovery import no_files_warning
 from dagster_project.executor import SOURCE_TAG
 from dagster_project.expectations import FUTURE_SLACK
-from dagster_project.metadata import count, markdown_table, preview
+from dagster_project.metadata import column_schema, count, markdown_table
 from dagster_project.progress import reporter
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources, load_sources
@@ -146,7 +146,6 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     )
     def _staging(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> dg.MaterializeResult:
         table = f"staging.{spec.name}"
-        sample_columns = ", ".join(q(f.name) for f in spec.fields[:6]) + ", path, line_number"
         with flywheel.state() as con:
             now = datetime.now(timezone.utc)
             beyond = versions_beyond(con, spec, now)
@@ -156,7 +155,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                     note_still_current(con, spec, now)  # the labels' cutoff for sidecar events reads it
                 return dg.MaterializeResult(metadata={
                     **reused_metadata(con, [table], context.run_id)[table],
-                    "preview": preview(con, f"staging.{q(spec.name)}", sample_columns)},
+                    "dagster/column_schema": column_schema(con, table)},
                     check_results=gx_check_results(con, [table], context.run_id))
             previous = versions.get(con, table)
             versions.invalidate(con, table)  # a build that fails half-way must not look current
@@ -168,7 +167,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             # which days' files the snapshot must hash again (all of them after a rebuild)
             versions.record_changes(con, table, key, previous, staged.changed_days)
             versions_loaded = count(con, f"select count(*) from raw.{q(spec.name)}")
-            sample = preview(con, f"staging.{q(spec.name)}", sample_columns)
+            schema = column_schema(con, table)
             # only the re-decided identities can hold rows the last clean validation did not see
             scoped = baseline_covers(con, table, previous) and added_rows_in_scope(con, spec, staged)
             checks = gx_check_results(con, [table], context.run_id,
@@ -182,7 +181,7 @@ def staging_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             "staging_mode": staged.mode,
             "identities_redecided": staged.redecided,
             "excluded": dg.MetadataValue.json(drops.metadata()),
-            "preview": sample,
+            "dagster/column_schema": schema,
         })
 
     return _staging

@@ -229,6 +229,10 @@ def forget(
     except SettingsError as exc:
         fail(exc.problems)
     kind, subject = ("session", session) if session is not None else ("user", user)
+    if kind == "session" and (base := privacy.session_of(subject)) != subject:
+        console.print(f"forgetting session {base}, whose id {subject} names it with its adapter", highlight=False,
+                      soft_wrap=True)
+        subject = base
 
     retry = f"run `flywheel forget --{kind} ...` again with the same id to finish"
     again = f"fix the cause and {retry}"

@@ -676,6 +676,17 @@ def _text_columns(columns: list[dict]) -> list[str]:
 MENTION_MIN = 8
 
 
+def session_of(subject_id: str) -> str:
+    """The session an id names: a retrieval session's id with its adapter suffix
+    (``20260301-052928-claude``) is that session's (``20260301-052928``), as its records name it;
+    any other id is itself. Forgetting the suffixed id erased only the records written with the
+    suffix: the session's queries, uses and commits stayed, and their rows in every snapshot."""
+    from transforms.gitlog import SESSION_ID
+
+    found = SESSION_ID.fullmatch(subject_id.strip())
+    return found.group(1) if found else subject_id
+
+
 def mention(subject_id: str) -> str | None:
     """The id to look for inside text, or None when it is too short to mean the subject."""
     return subject_id if len(subject_id) >= MENTION_MIN else None
@@ -800,6 +811,8 @@ class ForgetResult:
 def forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, SourceSpec], rebuild) -> ForgetResult:
     """Erase one subject from bronze, then ``rebuild()`` (a full refresh that publishes), then
     from every kept snapshot. Raises NothingToErase when no record names the subject."""
+    if kind == "session":
+        subject_id = session_of(subject_id)
     secret = _secret(settings)
     subject_key = _key(secret, kind, subject_id)
     # held for the whole erasure: a forget of the same subject waits, and ``unfinished_erasures``

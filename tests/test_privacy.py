@@ -762,3 +762,22 @@ def test_a_forget_whose_snapshot_scrub_stopped_half_way_counts_each_removed_row_
     assert state_query(lake, counted) == expected
     for version in _versions(snapshots_dir(lake.export_dir)):
         verify_snapshot(lake.export_dir, version)
+
+
+@pytest.mark.slow
+def test_forgetting_a_retrieval_session_by_its_id_with_an_adapter_forgets_the_whole_session(lake):
+    """The retrieval tool names a session `20260301-052928` in its queries and uses, and with its
+    adapter (`20260301-052928-claude`) in tags and commits: forgetting the suffixed id erased only
+    the records written with the suffix, and said it had forgotten the session."""
+    settings = lake
+    suffixed = state_query(settings, "select distinct regexp_extract(data ->> 'session_id', '^\\d{8}-\\d{6}-[A-Za-z]+$') "
+                                     "from staging.eventlog where regexp_matches(data ->> 'session_id', "
+                                     "'^\\d{8}-\\d{6}-[A-Za-z]+$') order by 1 limit 1")
+    [(named,)] = suffixed
+    base = named.rsplit("-", 1)[0]
+    assert state_rows_naming(settings, [base])  # the session's records, with and without the suffix
+    done = cli(settings, "forget", "--session", named)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"forgetting session {base}, whose id {named} names it with its adapter" in done.stderr
+    assert state_rows_naming(settings, [base]) == {}
+    assert snapshot_rows_naming(settings, [base, session_pseudonym(settings.pseudonym_key.encode(), base)]) == {}

@@ -1386,3 +1386,30 @@ def test_scrubbing_kept_snapshots_reaches_every_snapshot_linking_a_shared_object
         ids = duckdb.connect().execute("select count(*) from read_parquet(?) where interaction_id like 'i00000_'",
                                        [str(exports / SNAPSHOTS / version / "training" / "sft" / "*.parquet")]).fetchone()
         assert ids == (8,)  # i000002..i000009 stay
+
+
+def test_a_folder_below_a_sources_folder_is_shared_keyed(settings, tmp_path):
+    """Files kept per user (`interactions/alice/…`, a glob's `*/`) published the folder's name in
+    every shared path column: the keyed file name beside it said nothing, the folder everything.
+    Each folder below the source's own is shared as 8 hex digits of its keyed HMAC."""
+    from conftest import dumps, interaction, write_lines
+
+    for user, ids in (("alice", (1, 2)), ("bob", (3,))):
+        write_lines(settings.raw_dir / "interactions" / user / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                    [dumps(interaction(i, user_feedback="positive")) for i in ids])
+    sources = tmp_path / "sources.yaml"
+    sources.write_text('sources:\n  interactions:\n    globs: ["interactions/*/interactions_*.jsonl"]\n')
+    lake = replace(settings, sources_file=sources, pseudonym_key=KEY)
+    assert run_pipeline(lake).success
+    sft = str(lake.export_dir / "training" / "sft" / "*.parquet")
+    con = duckdb.connect()
+    paths = sorted(r[0] for r in con.execute("select distinct path from read_parquet(?)", [sft]).fetchall())
+
+    def keyed(text: str, digits: int) -> str:
+        return hmac.new(KEY.encode(), text.encode(), hashlib.sha256).hexdigest()[:digits]
+
+    name = f"interactions_2026-02-26_{keyed('file-name:5b0c2f7e', 8)}.jsonl"
+    assert paths == sorted(f"interactions/{keyed(f'directory:{user}', 8)}/{name}" for user in ("alice", "bob"))
+    for f in (lake.export_dir / "current").glob("[ta]*/*/*.parquet"):  # training and analytics
+        assert not con.execute(f"select count(*) from read_parquet('{f}') t "
+                               "where contains(t::varchar, 'alice') or contains(t::varchar, 'bob')").fetchone()[0], f

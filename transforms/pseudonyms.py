@@ -113,9 +113,10 @@ def provenance_sql(path: str, name_ids: Iterable[str]) -> str:
     """SQL of ``path`` (a raw file's, as staging records it) in shared datasets: in a file name a
     declared pattern matches, the part of a person's id it carries (``interactions_{date}_{sid8}``:
     the session's first 8 characters, a handle on the session as linkable as its id) replaced by
-    as many hex digits of its keyed HMAC; of a path outside the raw root (absolute), only its
-    directory's name and the file's (not ``/home/<user>/…``). Deterministic under one key, so
-    rows keep one provenance per file."""
+    as many hex digits of its keyed HMAC; of a path under the raw root, the first folder and each
+    deeper folder keyed; of a path outside the raw root (absolute), only its directory's name and
+    the file's (not ``/home/<user>/…``). Deterministic under one key, so rows keep one provenance
+    per file."""
     name = f"regexp_extract({path}, '[^/]*$')"
     for pattern in name_ids:
         r = lit(pattern)
@@ -123,8 +124,15 @@ def provenance_sql(path: str, name_ids: Iterable[str]) -> str:
         name = (f"(case when regexp_matches({name}, {r}) then regexp_extract({name}, {r}, 1) || "
                 f"left(fw_hmac_hex('file-name:' || {part}), length({part})) || regexp_extract({name}, {r}, 3) "
                 f"else {name} end)")
+    # under the raw root, the source's folder (`interactions/`) and, for each folder below it (a
+    # glob's `*/`: per-user folders were published as `interactions/alice/…`), 8 hex digits of its
+    # keyed HMAC
+    under = f"regexp_extract({path}, '^(.*/)?', 1)"
+    keyed = (f"(case when {under} = '' then '' else array_to_string(list_transform(string_split(rtrim({under}, '/'), "
+             f"'/'), lambda part, i: case when i = 1 then part else left(fw_hmac_hex('directory:' || part), 8) end), "
+             f"'/') || '/' end)")
     directory = (f"(case when starts_with({path}, '/') then '…/' || regexp_extract({path}, '([^/]+/)?[^/]*$', 1) "
-                 f"else regexp_extract({path}, '^(.*/)?', 1) end)")
+                 f"else {keyed} end)")
     return f"(case when {path} is null then null else {directory} || {name} end)"
 
 

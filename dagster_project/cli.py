@@ -170,6 +170,9 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the published warehouse (never blocks a run). Close it, on an
     error too: while a connection of this process is open, the next one to that file reuses its
     instance, so an analyst's read-write lock went unnoticed (a test failed now and then)."""
+    if settings.warehouse.is_dir():  # (as a run says it: DuckDB's "Is a directory" read error was the line)
+        fail(f"FLYWHEEL_WAREHOUSE={settings.warehouse} is a directory: name the database file, "
+             f"e.g. FLYWHEEL_WAREHOUSE={settings.warehouse / 'warehouse.duckdb'}")
     if not settings.warehouse.exists():
         console.print(f"[red]No warehouse at {escape(str(settings.warehouse))}[/]: run `flywheel run` first.")
         raise typer.Exit(1)
@@ -560,6 +563,12 @@ def quarantine_replay(
         console.print("nothing quarantined: nothing to replay")
         return
     sources = sorted({name for name, _ in paths})
+    from dagster_project.sources import load_sources
+
+    if off := sorted(set(sources) - set(load_sources(settings.sources_file))):
+        # (replayed, nothing was: a disabled source's files are not read, its rows kept as they are)
+        fail(f"{', '.join(off)}: switched off in FLYWHEEL_SOURCES={settings.sources_file} (enabled: false), so "
+             f"not replayed; switch it on to replay it" + ("" if source else f", or replay the others with --source"))
     console.print(f"replaying {len(sources)} source(s) with quarantined lines in {len(paths):,} file(s), "
                   f"each whole from the bronze record: {', '.join(sources)}", highlight=False, soft_wrap=True)
     started = time.perf_counter()

@@ -245,6 +245,27 @@ def test_replay_is_recorded_as_replay_and_counts_nothing_twice(first_run, tmp_pa
         ("incremental", "success", "published"), ("replay", "success", "unchanged")]
 
 
+def test_replaying_a_source_switched_off_is_refused_and_a_warehouse_directory_is_a_bad_setting(ran, tmp_path,
+                                                                                               monkeypatch):
+    """`quarantine replay` of a source the sources file switches off said it replayed it, warned
+    that it is off, and succeeded having replayed nothing; `status` given a directory for the
+    warehouse exited 1 on DuckDB's "Is a directory" read error, where `run` names the setting."""
+    off = tmp_path / "sources.yaml"
+    off.write_text("sources:\n  interactions: {enabled: false}\n")
+    monkeypatch.setenv("FLYWHEEL_SOURCES", str(off))
+    replay = invoke("quarantine", "replay")
+    assert (replay.exit_code, replay.output.strip()) == (
+        2, f"error: interactions: switched off in FLYWHEEL_SOURCES={off} (enabled: false), so not replayed; switch "
+           "it on to replay it, or replay the others with --source"), replay.output
+    monkeypatch.delenv("FLYWHEEL_SOURCES")
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE", str(tmp_path))
+    for command in (["status"], ["quarantine", "list"]):
+        said = invoke(*command)
+        assert (said.exit_code, said.output.strip()) == (
+            2, f"error: FLYWHEEL_WAREHOUSE={tmp_path} is a directory: name the database file, "
+               f"e.g. FLYWHEEL_WAREHOUSE={tmp_path / 'warehouse.duckdb'}"), said.output
+
+
 def test_wrong_settings_are_refused_before_anything_is_touched(ran, tmp_path, monkeypatch):
     published = ran.warehouse.stat().st_mtime_ns
     bad = tmp_path / "sources.yaml"

@@ -608,14 +608,16 @@ def synth(
 
 
 def _lake_record(root: Path) -> Path | None:
-    """A state directory (bronze, the state database, the erasure keys), a snapshot tree or a
-    DuckDB file under ``root``: what no producer writes and no run can bring back."""
+    """A state directory (bronze, the state database, the erasure keys), a snapshot tree, a
+    DuckDB file or a Dagster instance (its `dagster.yaml`: `synth --force $DAGSTER_HOME` deleted
+    the run history and the instance's settings) under ``root``: what no producer writes and no
+    run can bring back."""
     for here, dirs, files in os.walk(root):
         for name in dirs:
             if name in (".flywheel", ".snapshots"):
                 return Path(here) / name
         for name in files:
-            if name.endswith(".duckdb"):
+            if name.endswith(".duckdb") or name == "dagster.yaml":
                 return Path(here) / name
     return None
 

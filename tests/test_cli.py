@@ -512,6 +512,15 @@ def test_synth_refuses_a_non_empty_directory_unless_forced(tmp_path):
         f"error: {data} holds a lake's own record ({data / '.flywheel'}): --force would delete it; "
         "name the raw directory (e.g. data/raw) or an empty one"))
     assert (data / ".flywheel" / "bronze" / "segment.jsonl").exists()
+    # `synth --force $DAGSTER_HOME` deleted the instance's run history and its settings
+    home = tmp_path / "dagster_home"
+    (home / "history").mkdir(parents=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    refused = invoke("synth", str(home), "--interactions", "20", "--force")
+    assert (refused.exit_code, refused.output.strip()) == (2, (
+        f"error: {home} holds a lake's own record ({home / 'dagster.yaml'}): --force would delete it; "
+        "name the raw directory (e.g. data/raw) or an empty one"))
+    assert (home / "dagster.yaml").exists()
 
 
 def test_dagster_home_defaults_to_the_projects_and_tests_use_a_throwaway_one(monkeypatch):

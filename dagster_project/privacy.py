@@ -1023,8 +1023,29 @@ def compact_state(settings: Settings) -> None:
 
 
 def _scrub_run_log(con: duckdb.DuckDBPyConnection, subject_id: str, values: set[str]) -> None:
-    """The run log is not rebuilt from bronze: drop its rows naming the subject."""
+    """The run log is not rebuilt from bronze: drop its rows naming the subject, and in what a
+    failed check or run said (its sample rows, its detail, a run's error line) write `<erased>`
+    where the subject's id, its sha256, its pseudonyms or an erased record's id stood (they stayed
+    there, and in every snapshot publishing the run log after the forget)."""
     inside = mention(subject_id)
+    for value in sorted({v for v in values if len(v) >= MENTION_MIN} | ({inside} if inside else set())):
+        try:
+            con.execute("update ingest.runs set error = replace(error, $v, '<erased>') where contains(error, $v)",
+                        {"v": value})
+            # appended again, not changed in place: the publisher reads only the rows appended to
+            # this table since its last publish (``APPEND_ONLY``), and a deleted row makes it read all
+            said = " or ".join(f"contains({c}::varchar, $v)" for c in ("sample_rows", "detail", "observed"))
+            con.execute(f"create or replace temp table _fw_said as select * from ingest.validations where {said}",
+                        {"v": value})
+            if con.execute("select count(*) from _fw_said").fetchone()[0]:
+                con.execute(f"delete from ingest.validations where {said}", {"v": value})
+                con.execute("insert into ingest.validations by name select * replace ("
+                            "replace(sample_rows::varchar, $v, '<erased>')::json as sample_rows, "
+                            "replace(detail, $v, '<erased>') as detail, replace(observed, $v, '<erased>') as observed) "
+                            "from _fw_said", {"v": value})
+            con.execute("drop table _fw_said")
+        except duckdb.CatalogException:  # (a state no run has prepared since these tables were made)
+            break
     for table, column in (("ingest.excluded", "row_key"), ("ingest.excluded", "detail")):
         try:
             # a row key may join several ids with "|" (kto, dpo: "interaction|<id>")

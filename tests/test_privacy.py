@@ -145,6 +145,14 @@ def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(lak
     before = snapshot_rows_naming(settings, needles)
     assert len({Path(p).parts[-4] for p in before}) == 2  # both kept snapshots hold it
     kept_before = _versions(snapshots_dir(settings.export_dir))
+    # what a failed check and a failed run said of the session: the run log is not rebuilt
+    con = duckdb.connect(str(settings.state_db))
+    con.execute("insert into ingest.validations by name select 'checked' as run_id, 'staging.interactions' as "
+                "table_name, 'a check' as expectation, false as success, json_array(json_object('session_id', $s)) "
+                "as sample_rows, 'e.g. ' || $s as detail", {"s": SESSION})
+    con.execute("insert into ingest.runs by name select 'stopped' as run_id, 'incremental' as mode, 'failed' as status, "
+                "now() as started_at, 'staging.interactions: a check; e.g. ' || $s as error", {"s": SESSION})
+    con.close()
 
     done = cli(settings, "forget", "--session", SESSION)
     assert done.returncode == 0, done.stderr + done.stdout
@@ -168,6 +176,13 @@ def test_forget_a_session_erases_it_from_every_layer_and_every_kept_snapshot(lak
 
     con = duckdb.connect(str(settings.state_db), read_only=True)
     check_accounting(con)
+    assert con.execute("select sample_rows::varchar, detail from ingest.validations where run_id = 'checked'").fetchall() == [
+        ('[{"session_id":"<erased>"}]', "e.g. <erased>")]
+    assert con.execute("select error from ingest.runs where run_id = 'stopped'").fetchall() == [
+        ("staging.interactions: a check; e.g. <erased>",)]
+    published = str(settings.export_dir / "current" / "internal" / "ingest.validations" / "*.parquet")
+    assert con.execute("select detail from read_parquet(?) where run_id = 'checked'", [published]).fetchall() == [
+        ("e.g. <erased>",)]
     audit = con.execute("select kind, source, bronze_rows, raw_rows, staging_rows from ingest.erasures "
                         "where kind <> 'retention' order by source").fetchall()
     assert {a[1] for a in audit} == {"eventlog", "feedback", "interactions", "session_ratings"}

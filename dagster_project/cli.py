@@ -563,9 +563,13 @@ def quarantine_replay(
         console.print("nothing quarantined: nothing to replay")
         return
     sources = sorted({name for name, _ in paths})
-    from dagster_project.sources import load_sources
+    from dagster_project.sources import SourcesConfigError, load_sources
 
-    if off := sorted(set(sources) - set(load_sources(settings.sources_file))):
+    try:
+        enabled = load_sources(settings.sources_file)
+    except SourcesConfigError as exc:  # (the command is for after a sources-file fix)
+        fail(f"FLYWHEEL_SOURCES: {exc}")
+    if off := sorted(set(sources) - set(enabled)):
         # (replayed, nothing was: a disabled source's files are not read, its rows kept as they are)
         fail(f"{', '.join(off)}: switched off in FLYWHEEL_SOURCES={settings.sources_file} (enabled: false), so "
              f"not replayed; switch it on to replay it" + ("" if source else f", or replay the others with --source"))

@@ -683,7 +683,7 @@ def session_of(subject_id: str) -> str:
     suffix: the session's queries, uses and commits stayed, and their rows in every snapshot."""
     from transforms.gitlog import SESSION_ID
 
-    found = SESSION_ID.fullmatch(subject_id.strip())
+    found = SESSION_ID.fullmatch(subject_id)
     return found.group(1) if found else subject_id
 
 
@@ -1027,25 +1027,29 @@ def _scrub_run_log(con: duckdb.DuckDBPyConnection, subject_id: str, values: set[
     failed check or run said (its sample rows, its detail, a run's error line) write `<erased>`
     where the subject's id, its sha256, its pseudonyms or an erased record's id stood (they stayed
     there, and in every snapshot publishing the run log after the forget)."""
+    from transforms.sqlfiles import relation_exists, transaction
+
     inside = mention(subject_id)
-    for value in sorted({v for v in values if len(v) >= MENTION_MIN} | ({inside} if inside else set())):
-        try:
-            con.execute("update ingest.runs set error = replace(error, $v, '<erased>') where contains(error, $v)",
-                        {"v": value})
-            # appended again, not changed in place: the publisher reads only the rows appended to
-            # this table since its last publish (``APPEND_ONLY``), and a deleted row makes it read all
-            said = " or ".join(f"contains({c}::varchar, $v)" for c in ("sample_rows", "detail", "observed"))
-            con.execute(f"create or replace temp table _fw_said as select * from ingest.validations where {said}",
-                        {"v": value})
-            if con.execute("select count(*) from _fw_said").fetchone()[0]:
-                con.execute(f"delete from ingest.validations where {said}", {"v": value})
-                con.execute("insert into ingest.validations by name select * replace ("
-                            "replace(sample_rows::varchar, $v, '<erased>')::json as sample_rows, "
-                            "replace(detail, $v, '<erased>') as detail, replace(observed, $v, '<erased>') as observed) "
-                            "from _fw_said", {"v": value})
+    said = sorted({v for v in values if len(v) >= MENTION_MIN} | ({inside} if inside else set()), key=len,
+                  reverse=True)  # (the longest first: an id inside another is not cut out of it)
+    pattern = {"p": "|".join(re.escape(v) for v in said)}
+    if said and all(relation_exists(con, t) for t in ("ingest.runs", "ingest.validations")):
+        # one pass whatever the number of ids (a user's thousands of interactions), in one
+        # transaction: the validations are deleted and appended again, not changed in place (the
+        # publisher reads only the rows appended to the table since its last publish,
+        # ``APPEND_ONLY``; a deleted row makes it read them all), and never lost in between
+        text = "concat_ws(' ', sample_rows::varchar, detail, observed)"
+        with transaction(con):
+            con.execute("update ingest.runs set error = regexp_replace(error, $p, '<erased>', 'g') "
+                        "where regexp_matches(error, $p)", pattern)
+            con.execute(f"create or replace temp table _fw_said as select * from ingest.validations "
+                        f"where regexp_matches({text}, $p)", pattern)
+            con.execute(f"delete from ingest.validations where regexp_matches({text}, $p)", pattern)
+            con.execute("insert into ingest.validations by name select * replace ("
+                        "regexp_replace(sample_rows::varchar, $p, '<erased>', 'g')::json as sample_rows, "
+                        "regexp_replace(detail, $p, '<erased>', 'g') as detail, "
+                        "regexp_replace(observed, $p, '<erased>', 'g') as observed) from _fw_said", pattern)
             con.execute("drop table _fw_said")
-        except duckdb.CatalogException:  # (a state no run has prepared since these tables were made)
-            break
     for table, column in (("ingest.excluded", "row_key"), ("ingest.excluded", "detail")):
         try:
             # a row key may join several ids with "|" (kto, dpo: "interaction|<id>")

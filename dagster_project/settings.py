@@ -261,9 +261,9 @@ class Settings:
         there, and `flywheel status` of that lake still said `passed`."""
         real = self.export_dir.resolve()
         for directory in (real, *real.parents):
-            if directory.name == SNAPSHOT_TREE:
+            if directory.name == SNAPSHOT_TREE and _snapshot_tree(directory):
                 what = f"inside the snapshot tree {directory}"
-            elif directory != real and (directory / SNAPSHOT_TREE).is_dir():
+            elif directory != real and _snapshot_tree(directory / SNAPSHOT_TREE):
                 what = f"inside the export directory {directory}"
             elif directory.name == self.state_dir.name and (directory / self.state_db.name).exists():
                 what = f"inside the lake state directory {directory}"
@@ -462,6 +462,13 @@ def _foreign_export(export_dir: Path) -> str | None:
             if other is not None:
                 return f"{Path(here) / other}"
     return None
+
+
+def _snapshot_tree(directory: Path) -> bool:
+    """``directory`` is a lake's snapshot tree: it records its lake or holds its objects (a
+    `.snapshots` of another tool, snapper's `/.snapshots`, is none: every export directory below
+    it was refused)."""
+    return (directory / Settings.EXPORT_OWNER[-1]).is_file() or (directory / ".objects").is_dir()
 
 
 def _foreign_file(path: Path) -> str | None:

@@ -257,6 +257,10 @@ def test_replaying_a_source_switched_off_is_refused_and_a_warehouse_directory_is
     assert (replay.exit_code, replay.output.strip()) == (
         2, f"error: interactions: switched off in FLYWHEEL_SOURCES={off} (enabled: false), so not replayed; switch "
            "it on to replay it, or replay the others with --source"), replay.output
+    off.write_text("sources:\n  interactions: {enabled: false}\n  interactions: {enabled: true}\n")
+    broken = invoke("quarantine", "replay")  # (the command is for after a sources-file fix: review)
+    assert (broken.exit_code, broken.output.strip()) == (
+        2, f"error: FLYWHEEL_SOURCES: {off}: not valid YAML at line 3, column 3: 'interactions' is given twice")
     monkeypatch.delenv("FLYWHEEL_SOURCES")
     monkeypatch.setenv("FLYWHEEL_WAREHOUSE", str(tmp_path))
     for command in (["status"], ["quarantine", "list"]):

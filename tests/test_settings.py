@@ -216,6 +216,14 @@ def test_a_sources_file_naming_a_key_twice_a_zone_duckdb_lacks_or_a_directory_gl
         local.write_text(f"sources:\n  interactions:\n    time_zone: {zone}\n")
         assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(local)) == [
             f"FLYWHEEL_SOURCES: {local}: sources.interactions.time_zone: unknown time zone {zone!r}"]
+    # a merge key is no key given twice; a list as a key is one line too, not a traceback (review)
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("sources:\n  interactions: &zoned {time_zone: Europe/Oslo}\n  feedback: {<<: *zoned}\n")
+    assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(merged)) == []
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("sources:\n  [a, b]: 1\n")
+    assert preflight_problems(tmp_path, FLYWHEEL_SOURCES=str(listed)) == [
+        f"FLYWHEEL_SOURCES: {listed}: not valid YAML at line 2, column 3: found unhashable key"]
     root = tmp_path / "root.yaml"
     for glob in ("/", ".", "signals/.."):
         root.write_text(f'sources:\n  signals:\n    globs: ["{glob}"]\n')
@@ -258,6 +266,11 @@ def test_an_export_directory_inside_a_snapshot_tree_or_another_export_directory_
     verify_snapshot(settings.export_dir)
     assert sorted(p.name for p in (settings.export_dir / "current").iterdir()) == [
         "analytics", "internal", "manifest.json", "training", "warehouse.duckdb"]
+    # another tool's `.snapshots` (snapper's `/.snapshots`) above is no lake's: every export
+    # directory below it was refused (review)
+    (tmp_path / "os" / ".snapshots" / "1").mkdir(parents=True)
+    (tmp_path / "os" / "raw").mkdir()
+    assert preflight_problems(tmp_path / "os", FLYWHEEL_EXPORT_DIR=str(tmp_path / "os" / "home" / "exports")) == []
 
 
 def _allocator_options(env: dict[str, str]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -56,24 +57,32 @@ class _UniqueKeys(yaml.SafeLoader):
 def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: merged by construct_mapping
+            continue
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)
-        seen.add(key)
+        try:
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        except TypeError:  # a list or mapping as a key: construct_mapping says so
+            break
     return loader.construct_mapping(node, deep=deep)
 
 
 _UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
-def _known_zone(zone: object) -> None:
+@cache
+def _known_zone(zone: str) -> None:
     """Raise unless both Python and DuckDB know ``zone``: the classifier converts in DuckDB, whose
     list lacks some names Python's has (``localtime``, ``posixrules``, ``posix/…``, ``right/…``:
-    every run failed, on a line naming neither the setting nor the file)."""
+    every run failed, on a line naming neither the setting nor the file). Once per zone and
+    process: the sources file is read by every step (a DuckDB connection costs ~20 ms)."""
     import duckdb
 
     ZoneInfo(zone)
-    duckdb.connect().execute("select timezone(?, timestamp '2000-01-01')", [zone]).fetchone()
+    with duckdb.connect() as con:
+        con.execute("select timezone(?, timestamp '2000-01-01')", [zone]).fetchone()
 
 
 def load_sources(sources_file: Path | None = None, *, disabled: bool = False) -> dict[str, SourceSpec]:
@@ -137,6 +146,8 @@ def load_sources(sources_file: Path | None = None, *, disabled: bool = False) ->
             changes["globs"] = tuple(globs)
         if "time_zone" in override:
             try:
+                if not isinstance(override["time_zone"], str):
+                    raise TypeError("not a name")
                 _known_zone(override["time_zone"])
             except Exception as exc:
                 raise SourcesConfigError(

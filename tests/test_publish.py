@@ -1388,28 +1388,46 @@ def test_scrubbing_kept_snapshots_reaches_every_snapshot_linking_a_shared_object
         assert ids == (8,)  # i000002..i000009 stay
 
 
-def test_a_folder_below_a_sources_folder_is_shared_keyed(settings, tmp_path):
+def test_a_folder_no_glob_names_is_shared_keyed(settings, tmp_path):
     """Files kept per user (`interactions/alice/…`, a glob's `*/`) published the folder's name in
     every shared path column: the keyed file name beside it said nothing, the folder everything.
-    Each folder below the source's own is shared as 8 hex digits of its keyed HMAC."""
+    A folder the sources' globs spell out is shared by name, any other as 8 hex digits of its
+    keyed HMAC, wherever it stands (`*/feedback/…`; outside the raw root, the file's folder)."""
     from conftest import dumps, interaction, write_lines
 
     for user, ids in (("alice", (1, 2)), ("bob", (3,))):
         write_lines(settings.raw_dir / "interactions" / user / "interactions_2026-02-26_5b0c2f7e.jsonl",
                     [dumps(interaction(i, user_feedback="positive")) for i in ids])
+        write_lines(settings.raw_dir / user / "feedback" / "2026-02-26_feedback.jsonl", [dumps(
+            {"record_id": interaction(ids[0])["id"], "feedback": "positive", "was_edited": False,
+             "timestamp": "2026-02-26T15:00:00", "source": "manual"})])
+    elsewhere = tmp_path / "srv" / "outcomes"
+    write_lines(elsewhere / "carol" / "2026-02-26_outcomes.jsonl", [dumps(
+        {"id": "o1", "timestamp": "2026-02-26T10:00:00", "outcome": "accepted",
+         "strategy": {"arm_id": "arm-a", "weights": {"v": 1}}})])
     sources = tmp_path / "sources.yaml"
-    sources.write_text('sources:\n  interactions:\n    globs: ["interactions/*/interactions_*.jsonl"]\n')
+    sources.write_text('sources:\n  interactions:\n    globs: ["interactions/*/interactions_*.jsonl"]\n'
+                       '  feedback:\n    globs: ["*/feedback/*_feedback.jsonl"]\n'
+                       f'  outcomes:\n    globs: ["{elsewhere}/*/*_outcomes.jsonl"]\n')
     lake = replace(settings, sources_file=sources, pseudonym_key=KEY)
     assert run_pipeline(lake).success
-    sft = str(lake.export_dir / "training" / "sft" / "*.parquet")
     con = duckdb.connect()
-    paths = sorted(r[0] for r in con.execute("select distinct path from read_parquet(?)", [sft]).fetchall())
 
     def keyed(text: str, digits: int) -> str:
         return hmac.new(KEY.encode(), text.encode(), hashlib.sha256).hexdigest()[:digits]
 
+    def paths(dataset: str) -> list[str]:
+        files = str(lake.export_dir / dataset / "*.parquet")
+        return sorted(r[0] for r in con.execute("select distinct path from read_parquet(?)", [files]).fetchall())
+
     name = f"interactions_2026-02-26_{keyed('file-name:5b0c2f7e', 8)}.jsonl"
-    assert paths == sorted(f"interactions/{keyed(f'directory:{user}', 8)}/{name}" for user in ("alice", "bob"))
+    assert paths("training/sft") == sorted(f"interactions/{keyed(f'directory:{u}', 8)}/{name}" for u in ("alice", "bob"))
+    state = duckdb.connect(str(lake.state_db), read_only=True)
+    shared = dict(state.execute("select path, shared from lineage.shared_paths").fetchall())
+    state.close()
+    assert shared["alice/feedback/2026-02-26_feedback.jsonl"] == f"{keyed('directory:alice', 8)}/feedback/2026-02-26_feedback.jsonl"
+    [(outcome, published)] = [(p, v) for p, v in shared.items() if "outcomes" in p]
+    assert published == f"…/{keyed('directory:carol', 8)}/2026-02-26_outcomes.jsonl", (outcome, published)
     for f in (lake.export_dir / "current").glob("[ta]*/*/*.parquet"):  # training and analytics
-        assert not con.execute(f"select count(*) from read_parquet('{f}') t "
-                               "where contains(t::varchar, 'alice') or contains(t::varchar, 'bob')").fetchone()[0], f
+        assert not con.execute(f"select count(*) from read_parquet('{f}') t where contains(t::varchar, 'alice') "
+                               "or contains(t::varchar, 'bob') or contains(t::varchar, 'carol')").fetchone()[0], f

@@ -29,7 +29,7 @@ import os
 import secrets
 import threading
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import duckdb
 
@@ -67,7 +67,8 @@ def hmac_pads(key: bytes) -> tuple[bytes, bytes]:
     return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
 
 
-def register(con: duckdb.DuckDBPyConnection, key: bytes, name_ids: Iterable[str] = ()) -> None:
+def register(con: duckdb.DuckDBPyConnection, key: bytes, name_ids: Iterable[str] = (),
+             folders: Iterable[str] = ()) -> None:
     """Define ``fw_pseudonym(v)``, ``fw_session_pseudonym(raw_id)`` and ``fw_provenance(path)`` on
     ``con``.
 
@@ -87,7 +88,7 @@ def register(con: duckdb.DuckDBPyConnection, key: bytes, name_ids: Iterable[str]
         "create or replace temp macro fw_session_pseudonym(raw_id) as "
         "fw_pseudonym(sha256(raw_id::varchar))"
     )
-    con.execute(f"create or replace temp macro fw_provenance(path) as {provenance_sql('path', name_ids)}")
+    con.execute(f"create or replace temp macro fw_provenance(path) as {provenance_sql('path', name_ids, folders)}")
     con.execute(f"create or replace temp macro fw_doc_path(path) as {doc_path_sql('path')}")
 
 
@@ -109,14 +110,15 @@ def doc_path_sql(path: str) -> str:
             f"lambda acc, id: replace(acc, id, fw_session_pseudonym(id)), {path})")
 
 
-def provenance_sql(path: str, name_ids: Iterable[str]) -> str:
+def provenance_sql(path: str, name_ids: Iterable[str], folders: Iterable[str] = ()) -> str:
     """SQL of ``path`` (a raw file's, as staging records it) in shared datasets: in a file name a
     declared pattern matches, the part of a person's id it carries (``interactions_{date}_{sid8}``:
     the session's first 8 characters, a handle on the session as linkable as its id) replaced by
-    as many hex digits of its keyed HMAC; of a path under the raw root, the first folder and each
-    deeper folder keyed; of a path outside the raw root (absolute), only its directory's name and
-    the file's (not ``/home/<user>/…``). Deterministic under one key, so rows keep one provenance
-    per file."""
+    as many hex digits of its keyed HMAC; of a path outside the raw root (absolute), only its
+    directory and the file (not ``/home/<user>/…``). A folder is shared by name when the sources'
+    globs name it (``folders``: ``glob_folders``), else as 8 hex digits of its keyed HMAC: a
+    glob's ``*/`` matched per-user folders, published as ``interactions/alice/…``. Deterministic
+    under one key, so rows keep one provenance per file."""
     name = f"regexp_extract({path}, '[^/]*$')"
     for pattern in name_ids:
         r = lit(pattern)
@@ -124,16 +126,24 @@ def provenance_sql(path: str, name_ids: Iterable[str]) -> str:
         name = (f"(case when regexp_matches({name}, {r}) then regexp_extract({name}, {r}, 1) || "
                 f"left(fw_hmac_hex('file-name:' || {part}), length({part})) || regexp_extract({name}, {r}, 3) "
                 f"else {name} end)")
-    # under the raw root, the source's folder (`interactions/`) and, for each folder below it (a
-    # glob's `*/`: per-user folders were published as `interactions/alice/…`), 8 hex digits of its
-    # keyed HMAC
-    under = f"regexp_extract({path}, '^(.*/)?', 1)"
-    keyed = (f"(case when {under} = '' then '' else array_to_string(list_transform(string_split(rtrim({under}, '/'), "
-             f"'/'), lambda part, i: case when i = 1 then part else left(fw_hmac_hex('directory:' || part), 8) end), "
-             f"'/') || '/' end)")
-    directory = (f"(case when starts_with({path}, '/') then '…/' || regexp_extract({path}, '([^/]+/)?[^/]*$', 1) "
-                 f"else {keyed} end)")
+    named = "[" + ", ".join(lit(f) for f in sorted(set(folders))) + "]::varchar[]"
+
+    def shared(folders_sql: str) -> str:  # "a/b/" as shared: each folder by name or keyed
+        return (f"(case when {folders_sql} = '' then '' else array_to_string(list_transform(string_split("
+                f"rtrim({folders_sql}, '/'), '/'), lambda part: case when list_contains({named}, part) then part "
+                f"else left(fw_hmac_hex('directory:' || part), 8) end), '/') || '/' end)")
+
+    parent = f"regexp_extract({path}, '([^/]+/)?[^/]*$', 1)"  # of an absolute path: its folder alone
+    folders_of = f"regexp_extract({path}, '^(.*/)?', 1)"  # of a relative one: every folder
+    directory = f"(case when starts_with({path}, '/') then '…/' || {shared(parent)} else {shared(folders_of)} end)"
     return f"(case when {path} is null then null else {directory} || {name} end)"
+
+
+def glob_folders(globs: Iterable[str]) -> set[str]:
+    """The folder names ``globs`` spell out (no wildcard in them): configuration, not data, so
+    shared paths keep them (``interactions/`` of ``interactions/*/x_*.jsonl``; not the ``*``)."""
+    return {part for glob in globs for part in PurePosixPath(glob).parts[:-1]
+            if part not in ("/", "~", ".", "..") and not any(c in part for c in "*?[")}
 
 
 _CREATING = threading.Lock()  # two steps of one run may ask for the key at once

@@ -6,6 +6,7 @@ from dagster_project.catalog import apply_comments
 from dagster_project.defs.marts import TABLE_KEYS
 from dagster_project import privacy
 from dagster_project.publishing import PublishError, gate_state, publish_snapshot, watermarks
+from dagster_project.publishing.snapshot import source_folders
 from dagster_project.resources import FlywheelResource
 from dagster_project.sources import builtin_sources, load_sources
 from dagster_project.state import WRITER_TAGS, save_recent_runs
@@ -69,7 +70,8 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
                 pseudonym_key=flywheel.pseudonym_key(context.log), keep=settings.keep_snapshots,
                 key_origin="FLYWHEEL_PSEUDONYM_KEY" if settings.pseudonym_key
                 else f"the key in {settings.pseudonym_key_file}, FLYWHEEL_PSEUDONYM_KEY unset",
-                allow_empty=settings.allow_empty, watermarks=watermarks(con))
+                allow_empty=settings.allow_empty, watermarks=watermarks(con),
+                folders=source_folders(load_sources(settings.sources_file, disabled=True).values()))
         except Exception:
             # A publish refused (an emptied dataset) or failed: the expired records must not stay
             # readable in the current snapshot. The publish's error is the step's; a scrub that

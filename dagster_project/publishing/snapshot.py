@@ -39,7 +39,7 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -219,15 +219,17 @@ def _note_key(con: duckdb.DuckDBPyConnection, secret: str | None, version: str, 
     con.execute(f"insert into {PUBLISHED_KEY} values (?, ?)", [secret, version])
 
 
-def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patterns: list[str]) -> None:
+def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patterns: list[str],
+                      folders: Iterable[str] = ()) -> None:
     """``SHARED_PATHS``: each raw file's path as the shared datasets publish it (``fw_provenance``),
     computed once per file, for the files new since the last publish (all of them when the key or
     the rule changed: a pattern fixed must reach the files already noted). Per row, its regexes
     and two digests cost ~7 µs: seconds of a full publish, whose datasets hold a million
-    provenance paths, where a lake has thousands of files. ``patterns``: ``name_ids()``."""
+    provenance paths, where a lake has thousands of files. ``patterns``: ``name_ids()``;
+    ``folders``: the folder names the sources' globs spell out (``glob_folders``)."""
     from transforms.pseudonyms import provenance_sql
 
-    rule = hashlib.sha256(f"{secret}|{provenance_sql('path', patterns)}".encode()).hexdigest()
+    rule = hashlib.sha256(f"{secret}|{provenance_sql('path', patterns, folders)}".encode()).hexdigest()
     ensure_publish_tables(con)
     con.execute(f"delete from {SHARED_PATHS} where rule is distinct from ?", [rule])
     con.execute(f"insert into {SHARED_PATHS} select path, fw_provenance(path), ? from "
@@ -250,6 +252,16 @@ def name_ids() -> list[str]:
     return [spec.name_id for spec in builtin_sources().values() if spec.name_id]
 
 
+def source_folders(specs: Iterable | None = None) -> set[str]:
+    """The folder names the sources' globs spell out (``specs``: the sources as configured; the
+    built-in ones by default), which shared paths keep by name."""
+    from dagster_project.sources import builtin_sources
+    from transforms.pseudonyms import glob_folders
+
+    return glob_folders(glob for spec in (specs if specs is not None else builtin_sources().values())
+                        for glob in spec.globs)
+
+
 # ---------------------------------------------------------------------------------------------
 # Publishing
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +269,8 @@ def name_ids() -> list[str]:
 def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, warehouse: Path, run_id: str,
                      pseudonym_key: bytes, keep: int = 5, allow_empty: bool = False,
                      watermarks: dict | None = None, hook: Hook | None = None,
-                     writers: int = WRITERS, key_origin: str = "FLYWHEEL_PSEUDONYM_KEY") -> PublishResult:
+                     writers: int = WRITERS, key_origin: str = "FLYWHEEL_PSEUDONYM_KEY",
+                     folders: Iterable[str] | None = None) -> PublishResult:
     """Publish every table of ``con`` (the state database) as one snapshot, or nothing.
     ``writers``: tables hashed and written at once, each on a connection of its own;
     ``key_origin``: where ``pseudonym_key`` came from, for a warning that it changed."""
@@ -274,13 +287,13 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
     with _locked(snaps / ".lock"), side_cursors(con, writers - 1) as others:
         _remove_leftovers(export_dir)
         cons = [con, *others]
-        patterns = name_ids()
+        patterns, folders = name_ids(), sorted(folders if folders is not None else source_folders())
         for each in cons:
-            register(each, pseudonym_key, patterns)  # a connection's own macros
+            register(each, pseudonym_key, patterns, folders)  # a connection's own macros
         _gate_validations(con, run_id)
         _ensure_run_columns(con)
         secret = versions.secret_hash(pseudonym_key)
-        note_shared_paths(con, secret, patterns)
+        note_shared_paths(con, secret, patterns, folders)
         rekeyed = [f"the pseudonym key ({key_origin}) is not the one snapshot {since} was published with: every "
                    "pseudonym of the training and analytics datasets changed with it (session_pseudonym, keyed ids, "
                    "file names) and no longer matches earlier snapshots'; if that was not meant, set the earlier key "

@@ -34,9 +34,9 @@ from dagster_project.engine.readers import FileView, Unit, finish, open_file, st
 from dagster_project.settings import Settings
 from transforms import arrowcols
 from transforms.classify import q
-from transforms.sqlfiles import lit
 from transforms.lines import LINES_SCHEMA, Rejected, invalid_utf8
 from transforms.spec import SqliteTable
+from transforms.sqlfiles import lit
 
 LOCK_WAIT_SECONDS = 5.0
 # Recorded in a corrupt store's state: one an earlier reader found corrupt is read once more (this

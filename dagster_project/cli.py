@@ -170,9 +170,8 @@ def _reader(settings: Settings) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the published warehouse (never blocks a run). Close it, on an
     error too: while a connection of this process is open, the next one to that file reuses its
     instance, so an analyst's read-write lock went unnoticed (a test failed now and then)."""
-    if settings.warehouse.is_dir():  # (as a run says it: DuckDB's "Is a directory" read error was the line)
-        fail(f"FLYWHEEL_WAREHOUSE={settings.warehouse} is a directory: name the database file, "
-             f"e.g. FLYWHEEL_WAREHOUSE={settings.warehouse / 'warehouse.duckdb'}")
+    if directory := settings.warehouse_directory():  # as a run says it (DuckDB's read error was the line)
+        fail(directory)
     if not settings.warehouse.exists():
         console.print(f"[red]No warehouse at {escape(str(settings.warehouse))}[/]: run `flywheel run` first.")
         raise typer.Exit(1)

@@ -220,9 +220,8 @@ class Settings:
         Dagster run's resource (a mistyped path made a run write a state database into a
         producer's directory before its steps refused the setting)."""
         problems: list[str] = []
-        if self.warehouse.is_dir():
-            problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is a directory: name the database file, "
-                            f"e.g. FLYWHEEL_WAREHOUSE={self.warehouse / 'warehouse.duckdb'}")
+        if directory := self.warehouse_directory():
+            problems.append(directory)
         elif (self.warehouse.parent.resolve() / self.warehouse.name).is_relative_to(self.export_dir.resolve()):
             # (a snapshot's own warehouse, as the README names it: the link replaced that file)
             problems.append(f"FLYWHEEL_WAREHOUSE={self.warehouse} is inside FLYWHEEL_EXPORT_DIR={self.export_dir}: "
@@ -243,6 +242,14 @@ class Settings:
         if (inside := self._inside_raw("FLYWHEEL_WAREHOUSE", self.warehouse, self.state_dir, "warehouse.duckdb")):
             problems.append(inside)
         return problems
+
+    def warehouse_directory(self) -> str | None:
+        """The problem of a warehouse path that names a directory (for `run` and the read-only
+        commands alike), or None."""
+        if not self.warehouse.is_dir():
+            return None
+        return (f"FLYWHEEL_WAREHOUSE={self.warehouse} is a directory: name the database file, "
+                f"e.g. FLYWHEEL_WAREHOUSE={self.warehouse / 'warehouse.duckdb'}")
 
     def _inside_raw(self, name: str, value: Path, inside: Path, example: str) -> str | None:
         """``inside`` (what ``name`` puts there) lies under the raw root: a source's glob

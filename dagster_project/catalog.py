@@ -299,7 +299,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.files.rows_loaded": "Lines loaded into raw.<source>.",
     "ingest.files.rows_quarantined": "Lines stored in ingest.quarantine.",
     "ingest.files.blank_lines": "Empty lines (counted, not loaded).",
-    "ingest.files.deferred_bytes": "Bytes after the last newline, waiting for the writer to finish the line.",
+    "ingest.files.deferred_bytes": "Bytes after the last newline, waiting for the writer to finish the line "
+                                   "(a JSON array: all its bytes, while its text ends inside it).",
     "ingest.files.offset_bytes": "Watermark: end of the last complete line consumed.",
     "ingest.files.prefix_sha256": "sha256 of bytes [0, offset_bytes): detects rewritten files.",
     "ingest.files.high_water_mark": "SQLite: greatest integer key consumed.",

@@ -275,11 +275,47 @@ def test_weighted_queue_and_archive_are_one_history_and_arrays_are_read(settings
         ("queue", "q1", False), ("queue", "q2", True), ("queue", "q3", False), ("rating", "q5", True)]
 
 
-def test_corrupt_json_array_file_is_quarantined_whole(settings):
+def test_a_cut_json_array_is_waited_for_then_quarantined_whole_once_sealed(settings):
+    """An array whose text ends inside it (its writer still writing) is deferred, as a partial
+    last line is; unchanged for FLYWHEEL_SEAL_AFTER, it is one ``corrupt_file`` line."""
     (settings.raw_dir / "weighted").mkdir(parents=True)
     (settings.raw_dir / "weighted" / "training_queue_old.jsonl").write_text('[{"query": "q", "respo')
     con, _ = ingest(settings, sources=["weighted_queue"])
-    assert rows(con, "select reason, raw_length from ingest.quarantine") == [("corrupt_file", 22)]
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select lines_read, deferred_bytes from ingest.files") == [(0, 22)]
+    con, _ = ingest(settings, "run-2", sources=["weighted_queue"], con=con, now=time.time() + 3600)
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    con, _ = ingest(settings, "run-3", sources=["weighted_queue"], con=con, now=time.time() + 25 * 3600)
+    assert rows(con, "select reason, raw_length, run_id from ingest.quarantine") == [("corrupt_file", 22, "run-3")]
+    assert rows(con, "select lines_read, rows_quarantined, deferred_bytes from ingest.files") == [(1, 1, 0)]
+    check_accounting(con)
+
+
+@pytest.mark.parametrize("cut", ["[", '[{"query": "q1"', '[{"query": "q1", "weight": 3.0}',
+                                 '[{"query": "q1", "weight": 3.0},\n', '[{"query": "q1", "weight": 3.0}, {"que',
+                                 '[{"query": "q1", "weight": 3.0}, tr'])
+def test_a_json_array_caught_mid_write_loads_whole_when_finished(settings, cut):
+    """``json.dump`` to the path truncates the file, then writes it in blocks: a run between two
+    blocks read a cut array, quarantined it as ``corrupt_file`` for good, and the quarantine
+    kept it after the next run read the finished array. Now the earlier generation stays, the
+    cut one is waited for, and the finished one loads with nothing quarantined."""
+    folder = settings.raw_dir / "weighted"
+    folder.mkdir(parents=True)
+    path = folder / "training_queue_old.jsonl"
+    first = [{"query": "q0", "response": "r", "feedback": None, "weight": 1.0, "timestamp": "2026-01-05T10:00:00Z"}]
+    path.write_text(json.dumps(first))
+    con, _ = ingest(settings, sources=["weighted_queue"])
+    path.write_text(cut)
+    con, _ = ingest(settings, "run-2", sources=["weighted_queue"], con=con)
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select query from staging.weighted_queue") == [("q0",)]
+    assert rows(con, "select deferred_bytes, generation from ingest.files") == [(len(cut.encode()), 1)]
+    whole = first + [{**first[0], "query": "q1", "weight": 3.0}]
+    path.write_text(json.dumps(whole))
+    con, reports = ingest(settings, "run-3", sources=["weighted_queue"], con=con)
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select query, weight from staging.weighted_queue order by query") == [("q0", 1.0), ("q1", 3.0)]
+    assert rows(con, "select deferred_bytes, generation from ingest.files") == [(0, 2)]
     check_accounting(con)
 
 

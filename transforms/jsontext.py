@@ -17,36 +17,54 @@ _SCALAR_END = re.compile(r"[,\] \t\r\n]")  # JSON's white space only
 _CLOSES = {"{": "}", "[": "]"}
 
 
+# what ``_scan`` finds when a value does not end: the text ends inside it (a file caught while
+# its writer is still writing it), or its brackets or quotes are wrong
+CUT, BROKEN = -1, -2
+
+
 def value_end(text: str, i: int, quotes: str = '"') -> int | None:
     """Where the JSON value starting at ``i`` ends, from its quotes and brackets alone (nothing
     in between is checked, and no depth is too deep); None when they do not close (or close the
     wrong kind) before the text ends. ``quotes``: the characters that open a string (``"'"`` too
     for text that is not JSON: a comma or bracket inside single quotes is not a boundary); a
     value that is no string, object or array must hold none of them (where it ends is not known)."""
+    end = _scan(text, i, quotes)
+    return end if end >= 0 else None
+
+
+def cut_short(text: str, i: int, quotes: str = '"') -> bool:
+    """The text ends inside the value starting at ``i`` (or before it starts): every bracket and
+    quote opened is still open, none closed the wrong kind. Such text may be whole later."""
+    return _scan(text, i, quotes) == CUT
+
+
+def _scan(text: str, i: int, quotes: str) -> int:
     if i < len(text) and text[i] in quotes:
         found = _STRING_END[text[i]].match(text, i + 1)
-        return found.end() if found else None
-    if i >= len(text) or text[i] not in _CLOSES:
+        return found.end() if found else CUT
+    if i >= len(text):
+        return CUT
+    if text[i] not in _CLOSES:
         found = _SCALAR_END.search(text, i)
         end = found.start() if found else len(text)
-        return end if end > i and not any(c in text[i:end] for c in quotes) else None
+        return end if end > i and not any(c in text[i:end] for c in quotes) else BROKEN
     expected = [_CLOSES[text[i]]]
     structure = _STRUCTURE[quotes]
     j = i + 1
     while expected:
         found = structure.search(text, j)
         if found is None:
-            return None
+            return CUT
         c, j = found.group(), found.end()
         if c in quotes:
             string = _STRING_END[c].match(text, j)
             if string is None:
-                return None
+                return CUT
             j = string.end()
         elif c in _CLOSES:
             expected.append(_CLOSES[c])
         elif c != expected.pop():
-            return None
+            return BROKEN
     return j
 
 

@@ -10,46 +10,75 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from dagster_project.engine.readers import FileView, Unit, finish, stat_signature
+from dagster_project.engine.readers import FileView, Unit, finish, sealed, stat_signature
 from dagster_project.engine.readers.jsonl import hash_prefix, read_at
 from dagster_project.settings import Settings
 from transforms import arrowcols
-from transforms.jsontext import value_end
+from transforms.jsontext import cut_short, value_end
 from transforms.lines import LINES_SCHEMA, Rejected, invalid_utf8
+
+
+class Cut(ValueError):
+    """The array's text ends before the array does: a file caught while its writer is still
+    writing it (``json.dump`` to the path truncates it, then writes it in blocks)."""
 
 
 def read(view: FileView, fh) -> list[Unit]:
     """The whole array (``fh``: the file, open for reading), when its sha256 changed: then read
-    into memory (``jsonl.read_at``) up to the size its stat gave, and hashed as read."""
+    into memory (``jsonl.read_at``) up to the size its stat gave, and hashed as read.
+
+    An array whose text ends before the array does (``Cut``) is waited for, as a line file's
+    partial last line is: its bytes are deferred, the generation the lake holds stays, and it is
+    read again when it changes. Left so for ``FLYWHEEL_SEAL_AFTER``, it is read as it is (one
+    ``corrupt_file`` line). A file caught mid-write was quarantined at once, and stayed in the
+    quarantine after the next run read it whole."""
     known = view.known
     sig = stat_signature(fh.fileno())
     if known is not None and known.get("format") == "json_array" and known.get("status") in ("ok", "missing"):
         current = hashlib.sha256()
-        if hash_prefix(current, fh.fileno(), sig["size"]) and known["prefix_sha"] == current.hexdigest():
-            # hashed in blocks, not held; back unchanged after it was gone: not read again
-            back = [Unit("event", event=("reappeared", "back unchanged; not read again"))] \
-                if known["status"] == "missing" else []
-            return finish(back, {**known, **sig, "status": "ok"}, known)
+        if hash_prefix(current, fh.fileno(), sig["size"]):
+            if known["prefix_sha"] == current.hexdigest():
+                # hashed in blocks, not held; back unchanged after it was gone (or as it was
+                # before a write that is still cut): not read again
+                back = [Unit("event", event=("reappeared", "back unchanged; not read again"))] \
+                    if known["status"] == "missing" else []
+                return finish(back, {**known, **sig, "status": "ok", "deferred": 0, "pending_sha": None}, known)
+            if known.get("pending_sha") == current.hexdigest() and not sealed(view, known["changed_at"]):
+                return finish([], {**known, **sig}, known)  # the same cut text: still waited for
     data = memoryview(read_at(fh.fileno(), 0, sig["size"]))
     sha = hashlib.sha256(data).hexdigest()
+    pending = known is not None and known.get("pending_sha") == sha
+    changed_at = known["changed_at"] if pending else min(sig["mtime_ns"] / 1e9, view.now)
+    try:
+        parsed = list(elements(bytes(data)))
+    except Cut:
+        if not sealed(view, changed_at):
+            waiting = {"format": "json_array", "generation": 0, "offset": 0, "lines": 0,
+                       "prefix_sha": None, "tail_sha": None, **(known or {}), **sig, "status": "ok",
+                       "changed_at": changed_at, "deferred": len(data), "pending_sha": sha}
+            return finish([], waiting, known)
+        parsed = None  # decode quarantines it whole
+    except ValueError:
+        parsed = None
     generation = (known or {}).get("generation", 0) + 1
     units = []
-    if known is not None:
+    if (known or {}).get("generation"):
         units.append(Unit("event", event=("rewritten", f"the array changed; earlier rows kept, "
                                                        f"re-read whole as generation {generation}")))
-    units.append(Unit("array", data, {"generation": generation}))
+    units.append(Unit("array", data, {"generation": generation}, sha256=sha, parsed=parsed))
     state = {"format": "json_array", "status": "ok", **sig, "generation": generation, "offset": len(data),
-             "lines": 0, "prefix_sha": sha, "tail_sha": None, "changed_at": min(sig["mtime_ns"] / 1e9, view.now),
-             "deferred": 0}
+             "lines": 0, "prefix_sha": sha, "tail_sha": None, "changed_at": changed_at,
+             "deferred": 0, "pending_sha": None}
     return finish(units, state, known)
 
 
 def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table, list[Rejected], int]:
     """Each element as a line (its 1-based number and byte offset); an unreadable array is one
-    ``corrupt_file`` line. (``read`` hands over nothing: ``parsed`` is None.)"""
+    ``corrupt_file`` line. ``parsed``: the elements ``read`` found (``Unit.parsed``; None: found
+    here)."""
     data = bytes(data)
     try:
-        found = list(elements(data))
+        found = parsed if parsed is not None else list(elements(data))
     except ValueError as exc:
         return LINES_SCHEMA.empty_table(), [Rejected(
             1, 0, "corrupt_file", f"not a readable JSON array: {exc}",
@@ -120,7 +149,9 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
     while True:
         while i < len(text) and text[i] in " \t\r\n":
             i += 1
-        if i < len(text) and text[i] == "]":
+        if i == len(text):
+            raise Cut(f"it ends before element {n + 1}")
+        if text[i] == "]":
             if text[i + 1:].strip():
                 raise ValueError(f"content after the closing ']' at character {i + 1}")
             return
@@ -134,6 +165,8 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             # classifier reads it (DuckDB has no depth limit) or quarantines it alone, and the
             # others load
             end = value_end(text, i, quotes="\"'")
+            if end is None and cut_short(text, i, quotes="\"'"):
+                raise Cut(f"it ends inside element {n + 1}") from None
             if end is None:
                 detail = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) \
                     else f"nested too deep to read, at character {i}"
@@ -149,5 +182,7 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             i += 1
         elif i < len(text) and text[i] == "]":
             continue
+        elif i == len(text):
+            raise Cut(f"it ends after element {n}")
         else:
             raise ValueError(f"expected ',' or ']' at character {i}")

@@ -352,16 +352,25 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         _print_writer(settings)
         if published:
             _print_excluded(con, settings, run_id or published[0])
-        if run_id:  # its files missing, unreadable, locked... (published only with the next change)
-            this = next((r for r in runs if r["run_id"] == run_id and "events" in r), None)
-            events = this["events"] if this else con.execute(
-                "select source, path, event, detail from ingest.file_events where run_id = ? "
-                "order by occurred_at, path", [run_id]).fetchall()
+        # the run's files missing, unreadable, locked... (published only with the next change);
+        # alone, the newest run's files that it could not read: a file unreadable every night
+        # (a producer's mode, a lock never released) showed only in each run's own output
+        this = next((r for r in runs if (r["run_id"] == run_id if run_id else r.get("status") != "running")
+                     and "events" in r), None)
+        events = None
+        if this is not None:
+            events = this["events"] if run_id else [e for e in this["events"] if e[2] in NOT_READ]
+            if events and not run_id:
+                out.print(f"[yellow]run {this['run_id'][:8]}[/] could not read these files:", highlight=False)
+        elif run_id:
+            events = con.execute("select source, path, event, detail from ingest.file_events where run_id = ? "
+                                 "order by occurred_at, path", [run_id]).fetchall()
+        if events:
             for source, path, event, detail, alike in _alike_folded(events):
                 out.print(f"[yellow]{event}[/] {source}: {escape(path)}: {escape(detail or '')}"
                           + (f" [yellow](and {alike:,} more {source} files, the same)[/]" if alike else ""),
                           highlight=False, soft_wrap=True)
-            if this and this["events_total"] > len(events):
+            if run_id and this and this["events_total"] > len(events):
                 out.print(f"[yellow]… and {this['events_total'] - len(events):,} more file events[/] "
                           "(ingest.file_events)")
         from dagster_project.engine import bronze_usage
@@ -379,6 +388,9 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
     finally:
         con.close()
 
+
+# File events that leave a file unread for the run (its earlier rows kept, retried next run)
+NOT_READ = ("unreadable", "locked", "corrupt")
 
 # What a published warehouse that does not stand whole raises: views that read no file, or
 # views and tables that are not the published ones

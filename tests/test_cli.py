@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from conftest import PROJECT, dumps, held_open, interaction, write_lines
+from conftest import PROJECT, dumps, held_open, interaction, unprivileged, write_lines
 from dagster_project.cli import app
 from dagster_project.publishing.snapshot import read_manifest
 from dagster_project.settings import Settings
@@ -695,3 +696,24 @@ def test_the_run_summary_says_the_files_gone_alike_in_one_line(env):
     gone = [line for line in lines if line.startswith("missing interactions: ")]
     assert gone == ["missing interactions: interactions/interactions_2026-03-01_5b0c2f7e.jsonl: the file is gone; "
                     "its rows are kept (and 3 more interactions files, the same)"], lines
+
+
+def test_status_alone_names_the_files_the_newest_run_could_not_read(env):
+    """A file unread on every run (a producer's mode, a lock never released) was said only in
+    each run's own output: `flywheel status` the next morning showed nothing."""
+    assert invoke("run", "--quiet").exit_code == 0
+    stuck = env.raw_dir / "interactions" / "interactions_2026-03-01_00000000.jsonl"
+    write_lines(stuck, [dumps(interaction(10))], mode="ab")
+    stuck.chmod(0)
+    nightly = subprocess.run([*unprivileged(), sys.executable, "-m", "dagster_project.cli", "run", "--quiet"],
+                             capture_output=True, text=True, timeout=300, cwd=PROJECT)
+    stuck.chmod(0o644)
+    assert nightly.returncode == 0, nightly.stdout + nightly.stderr
+    status = invoke("status")
+    assert status.exit_code == 0, status.output
+    said = " ".join(status.output.split())
+    assert "could not read these files: unreadable interactions: interactions/interactions_2026-03-01_00000000.jsonl: " \
+           "[Errno 13] Permission denied" in said, said
+    assert invoke("run", "--quiet").exit_code == 0
+    status = invoke("status")
+    assert status.exit_code == 0 and "could not read" not in status.output and "unreadable" not in status.output

@@ -1388,6 +1388,35 @@ def test_scrubbing_kept_snapshots_reaches_every_snapshot_linking_a_shared_object
         assert ids == (8,)  # i000002..i000009 stay
 
 
+def test_a_folder_the_rule_newly_keys_is_republished_though_no_row_changed(settings, tmp_path):
+    """A shared dataset's files were reused while its table was unchanged, whatever the rule
+    that publishes raw paths: a folder the globs stopped spelling out (or that an upgrade
+    keyed: per-user folders were published by name before the thirty-second session) stayed by
+    name in every such dataset, a full refresh included, each run saying nothing changed."""
+    from conftest import dumps, interaction, write_lines
+
+    write_lines(settings.raw_dir / "interactions" / "alice" / "interactions_2026-02-26_5b0c2f7e.jsonl",
+                [dumps(interaction(i, user_feedback="positive")) for i in (1, 2)])
+    sources = tmp_path / "sources.yaml"
+    sources.write_text('sources:\n  interactions:\n    globs: ["interactions/alice/interactions_*.jsonl"]\n')
+    lake = replace(settings, sources_file=sources, pseudonym_key=KEY)
+    assert run_pipeline(lake).success
+    first = current_version(lake.export_dir)
+    con = duckdb.connect()
+    sft = str(lake.export_dir / "training" / "sft" / "*.parquet")
+    assert {r[0].split("/")[1] for r in con.execute("select path from read_parquet(?)", [sft]).fetchall()} == {"alice"}
+    sources.write_text('sources:\n  interactions:\n    globs: ["interactions/*/interactions_*.jsonl"]\n')
+    assert run_pipeline(lake).success
+    assert current_version(lake.export_dir) != first
+    folder = hmac.new(KEY.encode(), b"directory:alice", hashlib.sha256).hexdigest()[:8]
+    assert {r[0].split("/")[1] for r in con.execute("select path from read_parquet(?)", [sft]).fetchall()} == {folder}
+    for f in (lake.export_dir / "current").glob("[ta]*/*/*.parquet"):  # training and analytics
+        assert not con.execute(f"select count(*) from read_parquet('{f}') t where contains(t::varchar, 'alice')"
+                               ).fetchone()[0], f
+    second = current_version(lake.export_dir)
+    assert run_pipeline(lake).success and current_version(lake.export_dir) == second
+
+
 def test_a_folder_no_glob_names_is_shared_keyed(settings, tmp_path):
     """Files kept per user (`interactions/alice/…`, a glob's `*/`) published the folder's name in
     every shared path column: the keyed file name beside it said nothing, the folder everything.

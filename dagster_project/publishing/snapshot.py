@@ -220,13 +220,14 @@ def _note_key(con: duckdb.DuckDBPyConnection, secret: str | None, version: str, 
 
 
 def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patterns: list[str],
-                      folders: Iterable[str] = ()) -> None:
+                      folders: Iterable[str] = ()) -> str:
     """``SHARED_PATHS``: each raw file's path as the shared datasets publish it (``fw_provenance``),
     computed once per file, for the files new since the last publish (all of them when the key or
     the rule changed: a pattern fixed must reach the files already noted). Per row, its regexes
     and two digests cost ~7 µs: seconds of a full publish, whose datasets hold a million
     provenance paths, where a lake has thousands of files. ``patterns``: ``name_ids()``;
-    ``folders``: the folder names the sources' globs spell out (``glob_folders``)."""
+    ``folders``: the folder names the sources' globs spell out (``glob_folders``). Returns the
+    rule's hash (the key's with it): what a shared dataset's files are a function of."""
     from transforms.pseudonyms import provenance_sql
 
     rule = hashlib.sha256(f"{secret}|{provenance_sql('path', patterns, folders)}".encode()).hexdigest()
@@ -235,6 +236,7 @@ def note_shared_paths(con: duckdb.DuckDBPyConnection, secret: str | None, patter
     con.execute(f"insert into {SHARED_PATHS} select path, fw_provenance(path), ? from "
                 f"(select distinct path from ingest.files) where path not in (select path from {SHARED_PATHS})",
                 [rule])
+    return rule
 
 
 # The raw-file provenance columns (``path`` everywhere, two in a DPO pair): in shared datasets a
@@ -293,7 +295,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         _gate_validations(con, run_id)
         _ensure_run_columns(con)
         secret = versions.secret_hash(pseudonym_key)
-        note_shared_paths(con, secret, patterns, folders)
+        shared = note_shared_paths(con, secret, patterns, folders)
         rekeyed = [f"the pseudonym key ({key_origin}) is not the one snapshot {since} was published with: every "
                    "pseudonym of the training and analytics datasets changed with it (session_pseudonym, keyed ids, "
                    "file names) and no longer matches earlier snapshots'; if that was not meant, set the earlier key "
@@ -303,7 +305,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
         before = previous.get("datasets", {})
         published = datasets(con)
         tables = versions.versions_of(con, [d.table for d in published])
-        inputs = {d.path: _input_version(d, tables.get(d.table), secret) for d in published}
+        inputs = {d.path: _input_version(d, tables.get(d.table), shared) for d in published}
         # The run log changes every run and never decides "changed": it is hashed only to publish.
         # An unchanged dataset is its manifest entry (no statement); the others are hashed on
         # every connection at once.
@@ -311,7 +313,7 @@ def publish_snapshot(con: duckdb.DuckDBPyConnection, *, export_dir: Path, wareho
                  for d in published if d.table not in RUN_LOG}
         hashed = _largest_first(con, [d for d in published if d.path in plans and plans[d.path] is None])
         plans.update(zip((d.path for d in hashed), on_connections(
-            cons, hashed, lambda c, d: _plan(c, d, objects, inputs[d.path], before.get(d.path), secret))))
+            cons, hashed, lambda c, d: _plan(c, d, objects, inputs[d.path], before.get(d.path), shared))))
         hook("hashed")
         # what a drop expectation keeps out of each table is published too: a run whose only new
         # record was excluded (a re-flush stamped years ahead: the table keeps its row) publishes
@@ -454,12 +456,15 @@ def _largest_first(con: duckdb.DuckDBPyConnection, published: list[Dataset]) -> 
     return sorted(published, key=lambda d: -(sizes.get(d.table) or 0))
 
 
-def _input_version(dataset: Dataset, table_version: str | None, secret: str | None) -> str | None:
+def _input_version(dataset: Dataset, table_version: str | None, shared: str | None) -> str | None:
     """What ``dataset``'s published files are a function of: its table's version, the projection,
-    the publisher's format and (shared datasets) the pseudonym key's hash. None for a table
-    without a version (the ingest bookkeeping): hashed every run."""
+    the publisher's format and (shared datasets) ``shared``, the hash of the pseudonym key and of
+    the rule that publishes raw paths (``note_shared_paths``). With the key's alone, a folder
+    that rule newly keyed (per-user folders, after an upgrade or a glob changed) stayed by name
+    in every dataset no row of which changed, a full refresh included. None for a table without
+    a version (the ingest bookkeeping): hashed every run."""
     return None if table_version is None else versions.key(
-        FORMAT, parquet.FORMAT, table_version, dataset.select, dataset.order, secret if dataset.shared else None)
+        FORMAT, parquet.FORMAT, table_version, dataset.select, dataset.order, shared if dataset.shared else None)
 
 
 def _reused(dataset: Dataset, objects: Path, input_version: str | None, entry: dict | None) -> Plan | None:
@@ -471,12 +476,12 @@ def _reused(dataset: Dataset, objects: Path, input_version: str | None, entry: d
 
 
 def _plan(con: duckdb.DuckDBPyConnection, dataset: Dataset, objects: Path, input_version: str | None,
-          entry: dict | None, secret: str | None) -> Plan:
+          entry: dict | None, shared: str | None) -> Plan:
     """A dataset ``_reused`` could not take from the manifest: when only the table changed since
     the entry (same projection and key) and its builds said on which event days, the entry with
     just those days hashed again; else every row hashed."""
     if input_version is not None and entry and entry.get("input_version") != input_version:
-        if entry.get("input_version") == _input_version(dataset, entry.get("table_version"), secret):
+        if entry.get("input_version") == _input_version(dataset, entry.get("table_version"), shared):
             days = versions.changed_days(con, dataset.table, since=entry.get("table_version"))
             replanned = None if days is None else parquet.replan(con, dataset, objects, entry, days)
             if replanned is not None:

@@ -870,8 +870,10 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
                 # (found again by a retry, the earlier attempt did not commit: counted once)
                 rows[spec.name] = {"bronze": matcher.removed}
                 values.update(matcher.values)
-                _save_keys(settings, all_keys | matcher.carried)
+                # the pending file first: a kill between the two writes left the keys saved and no
+                # pending file, and nothing said the erasure was unfinished
                 save_pending("bronze")
+                _save_keys(settings, all_keys | matcher.carried)
 
             scrub_bronze(settings, spec, matcher, before_commit=before_commit)
             all_keys |= matcher.carried

@@ -604,6 +604,28 @@ def test_a_forget_killed_between_two_sources_is_finished_by_running_it_again(lak
     assert snapshot_rows_naming(lake, [SESSION, *ids]) == {} and not privacy.unfinished_erasures(lake)
 
 
+def test_a_forget_killed_as_it_saves_the_subjects_keys_is_said_unfinished(lake, monkeypatch):
+    """The keys file was written before the pending one: a forget killed between the two left
+    the subject in bronze and every layer with nothing saying the erasure was unfinished."""
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    save = privacy._save_keys
+
+    def killed_after(settings, keys):
+        save(settings, keys)
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(privacy, "_save_keys", killed_after)
+    with pytest.raises(RuntimeError):
+        privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: None)
+    monkeypatch.setattr(privacy, "_save_keys", save)
+    assert privacy.unfinished_erasures(lake)
+    done = privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert done.rows["interactions"]["bronze"] > 0
+    assert snapshot_rows_naming(lake, [SESSION]) == {} and not privacy.unfinished_erasures(lake)
+
+
 def test_two_unfinished_forgets_are_each_finished_and_counted_without_what_came_meanwhile(lake):
     """One pending file served every erasure: a second forget finishing removed the first's,
     which could then never be finished (its session stayed in the kept snapshots). And the rows

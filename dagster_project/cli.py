@@ -330,8 +330,10 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         for col in ("source", "files", "lines", "loaded", "quarantined", "blank", "deferred bytes",
                     "staged rows", "last ingested"):
             table.add_column(col, justify="left" if col in ("source", "last ingested") else "right")
+        # views in a published warehouse; tables in one an older version wrote (counted as 0)
         staged = {name: con.execute(f'select count(*) from staging."{name}"').fetchone()[0] for (name,) in con.execute(
-            "select view_name from duckdb_views() where schema_name = 'staging' and not internal").fetchall()}
+            "select view_name from duckdb_views() where schema_name = 'staging' and not internal "
+            "union all select table_name from duckdb_tables() where schema_name = 'staging'").fetchall()}
         rows = con.execute(
             "select source, count(*), sum(lines_read), sum(rows_loaded), sum(rows_quarantined), "
             "sum(blank_lines), sum(deferred_bytes), max(last_ingested_at) "

@@ -717,3 +717,20 @@ def test_status_alone_names_the_files_the_newest_run_could_not_read(env):
     assert invoke("run", "--quiet").exit_code == 0
     status = invoke("status")
     assert status.exit_code == 0 and "could not read" not in status.output and "unreadable" not in status.output
+
+
+def test_status_counts_the_staging_tables_of_a_warehouse_an_older_version_wrote(ran, tmp_path, monkeypatch):
+    """A warehouse from before snapshots holds staging as tables, not views: status counted
+    views only, and said 0 staged rows for every source until the first run of this version."""
+    older = tmp_path / "older.duckdb"
+    shutil.copyfile(os.path.realpath(ran.warehouse), older)
+    con = duckdb.connect(str(older))
+    con.execute("create table staging.interactions_t as select * from staging.interactions")
+    con.execute("drop view staging.interactions")
+    con.execute("alter table staging.interactions_t rename to interactions")
+    con.close()
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE", str(older))
+    status = invoke("status")
+    assert status.exit_code == 0, status.output
+    [row] = [line for line in status.output.splitlines() if line.startswith("│ interactions ")]
+    assert row.split("│")[8].strip() == "2", row

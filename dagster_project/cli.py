@@ -292,6 +292,9 @@ def _alike_folded(events) -> list[tuple]:
     return [(source, paths[0], event, detail, len(paths) - 1) for (source, event, detail), paths in groups.items()]
 
 
+ERROR_SHOWN = 600  # characters of a failed run's error line that status prints
+
+
 def _print_runs(runs: list[dict], run_id: str | None) -> None:
     """The last five runs, and each failed one's error."""
     if not runs:
@@ -307,8 +310,10 @@ def _print_runs(runs: list[dict], run_id: str | None) -> None:
     out.print(rt)
     for r in runs[:5]:
         if r["status"] == "failed" and r["error"]:
-            out.print(f"[red]run {r['run_id'][:8]} failed:[/] {escape(r['error'].splitlines()[0])}",
-                      highlight=False, soft_wrap=True)
+            line = r["error"].splitlines()[0]
+            if len(line) > ERROR_SHOWN:  # every ingest step refused, each naming its source: ~5,000 characters
+                line = f"{line[:ERROR_SHOWN]}… ({len(line) - ERROR_SHOWN:,} more characters: ingest.runs.error)"
+            out.print(f"[red]run {r['run_id'][:8]} failed:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _with_pending(settings: Settings, runs: list[dict]) -> list[dict]:

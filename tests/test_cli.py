@@ -734,3 +734,22 @@ def test_status_counts_the_staging_tables_of_a_warehouse_an_older_version_wrote(
     assert status.exit_code == 0, status.output
     [row] = [line for line in status.output.splitlines() if line.startswith("│ interactions ")]
     assert row.split("│")[8].strip() == "2", row
+
+
+def test_status_cuts_a_failed_runs_error_line_that_runs_on(env):
+    """Every ingest step refused alike but each naming its source (an older version's state):
+    status printed the run's error as one line of ~5,000 characters."""
+    assert invoke("run", "--quiet").exit_code == 0
+    cache = env.state_dir / "recent_runs.json"
+    runs = json.loads(cache.read_text())
+    refusal = "; ".join(f"ingest__{s}: source {s}: refused, as its rows of files since deleted would be lost"
+                        for s in KNOWN.split(", ")) * 10
+    runs[0].update(status="failed", error=refusal + "\nTraceback …")
+    cache.write_text(json.dumps(runs))
+    status = invoke("status")
+    assert status.exit_code == 0, status.output
+    said = " ".join(status.output.split())
+    shown = said.split(f"run {runs[0]['run_id'][:8]} failed: ")[1]
+    assert shown.startswith(refusal[:100])
+    assert f"… ({len(refusal) - 600:,} more characters: ingest.runs.error)" in said
+    assert refusal[600:700] not in said

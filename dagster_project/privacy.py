@@ -787,8 +787,13 @@ def enforce_retention(settings: Settings, spec: SourceSpec, before_rewrite: Call
 def retention_in_snapshots(settings: Settings, specs: list[SourceSpec]) -> dict[str, tuple[int, int]]:
     """Per source under retention: (rows removed, snapshots rewritten) from the kept snapshots'
     copies of its staging table (each source's own row in ``ingest.erasures``)."""
-    return {spec.name: scrub_snapshots(settings.export_dir, retention_condition([spec], settings))
-            for spec in specs if spec.retention}
+    found = {}
+    for spec in specs:
+        if spec.retention:
+            counts = [scrub_snapshots(export_dir, retention_condition([spec], settings))
+                      for export_dir in settings.export_dirs()]
+            found[spec.name] = (sum(rows for rows, _ in counts), sum(n for _, n in counts))
+    return found
 
 
 # --------------------------------------------------------------------------- forget
@@ -907,8 +912,8 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
             scrubbed[file] = n  # (the same file found again by a retry: the same rows, once)
             save_pending("rebuild")
 
-    scrub_snapshots(settings.export_dir, subject_condition(subject_id, values, in_paths), legacy=True,
-                    progress=scrubbing)
+    for export_dir in settings.export_dirs():  # (a file is named by its snapshot's version: no two alike)
+        scrub_snapshots(export_dir, subject_condition(subject_id, values, in_paths), legacy=True, progress=scrubbing)
     snapshot_rows, snapshots = sum(scrubbed.values()), len({f.split("/", 1)[0] for f in scrubbed})
     if phase != "recorded":
         with state_connection(settings) as con:

@@ -342,6 +342,8 @@ class Settings:
     # holds (under its snapshot tree, publishing.snapshot.SNAPSHOTS)
     LAKE_ID = "lake_id.json"
     EXPORT_OWNER = (SNAPSHOT_TREE, ".owner.json")  # (a dot name: not taken for a snapshot version)
+    # every export directory this lake has published to, the last one used last
+    EXPORT_DIRS = "export_dirs.json"
 
     def _recorded(self, name: str, key: str):
         import json
@@ -429,6 +431,10 @@ class Settings:
             create_once(self.state_dir / self.LAKE_ID, json.dumps({"lake": uuid.uuid4().hex}).encode("utf-8"))
             lake = self._recorded(self.LAKE_ID, "lake")
         owner = {"lake": lake, "state": str(self.state_dir.resolve())}
+        here = os.path.abspath(self.export_dir)
+        used = [d for d in self._export_dirs() if d != here] + [here]
+        if self._export_dirs() != used:  # (before the owner file: a directory is never left unlisted)
+            self._record(self.EXPORT_DIRS, "export_dirs", used)
         try:
             if json.loads(self._owner_file().read_text(encoding="utf-8")) == owner:
                 return
@@ -436,6 +442,34 @@ class Settings:
             pass
         self._owner_file().parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(self._owner_file(), json.dumps(owner).encode("utf-8"))
+
+    def _export_dirs(self) -> list[str]:
+        dirs = self._recorded(self.EXPORT_DIRS, "export_dirs")
+        return [d for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
+
+    def last_export_dir(self) -> str | None:
+        """The export directory this lake last published to (None: none recorded)."""
+        return (self._export_dirs() or [None])[-1]
+
+    def export_dirs(self) -> list[Path]:
+        """``export_dir`` and every other export directory this lake has published to that still
+        holds its snapshots: `flywheel forget` and retention scrub each. A run given another
+        FLYWHEEL_EXPORT_DIR (one shell's setting, not the schedule's) published a whole snapshot
+        there, which a forget, scrubbing only the one it was given, left holding the subject."""
+        import json
+
+        here = Path(os.path.abspath(self.export_dir))
+        found = [here]
+        lake = self._recorded(self.LAKE_ID, "lake")
+        for name in reversed(self._export_dirs()):
+            other = Path(name)
+            try:
+                owner = json.loads(other.joinpath(*self.EXPORT_OWNER).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # removed, or never published to
+            if other not in found and lake is not None and isinstance(owner, dict) and owner.get("lake") == lake:
+                found.append(other)
+        return found
 
     def _retention_window_problem(self) -> str | None:
         """A window shorter than the one the lake keeps erases from bronze, for good, what lies

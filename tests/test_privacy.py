@@ -274,6 +274,18 @@ def _expired_in_snapshots(settings, cutoff) -> dict[str, int]:
     return out
 
 
+def test_retention_reaches_every_export_directory_the_lake_published_to(lake, tmp_path):
+    """As `flywheel forget`: ratings past a shorter window stayed in the snapshots a run with
+    another FLYWHEEL_EXPORT_DIR had published."""
+    other = replace(lake, export_dir=tmp_path / "exports2")
+    assert run_pipeline(other).success
+    cutoff = datetime(lake.as_of.year, lake.as_of.month, lake.as_of.day, tzinfo=timezone.utc) - timedelta(days=30)
+    assert sum(_expired_in_snapshots(other, cutoff).values()) > 0
+    assert run_pipeline(replace(lake, session_retention_days=30, retention_confirm=30)).success
+    assert set(_expired_in_snapshots(other, cutoff).values()) == {0}
+    assert set(_expired_in_snapshots(lake, cutoff).values()) == {0}
+
+
 @pytest.mark.slow
 def test_the_last_rating_expiring_empties_its_marts_and_leaves_no_snapshot_holding_it(lake, monkeypatch):
     """Once every session rating had passed the window, the ratings' marts emptied and the guard
@@ -541,6 +553,24 @@ def test_a_source_disabled_in_the_sources_file_is_still_forgotten_and_its_lake_k
     assert linked() == (total - mine, 0)
     assert "across 3 source(s)" in done.stdout + done.stderr  # interactions, feedback, session ratings
     assert snapshot_rows_naming(settings, [SESSION]) == {}
+
+
+def test_forget_scrubs_every_export_directory_the_lake_published_to(lake, tmp_path):
+    """A run given another FLYWHEEL_EXPORT_DIR (one shell's setting) published a whole snapshot
+    there, without a word; `flywheel forget`, run with the usual setting, scrubbed only its own
+    directory and said the session was forgotten while the other held 62 of its rows."""
+    from dagster_project import privacy
+    from dagster_project.sources import builtin_sources
+
+    other = replace(lake, export_dir=tmp_path / "exports2")
+    result = run_pipeline(other)
+    assert result.success
+    assert any(w.startswith(f"FLYWHEEL_EXPORT_DIR={other.export_dir} is not the export directory this lake last "
+                            f"published to ({lake.export_dir})") for w in result.warnings), result.warnings
+    assert snapshot_rows_naming(other, [SESSION])
+    assert not any("is not the export directory" in w for w in run_pipeline(other).warnings)  # said once
+    privacy.forget(lake, "session", SESSION, builtin_sources(), lambda: run_pipeline(lake, full_refresh=True))
+    assert snapshot_rows_naming(lake, [SESSION]) == {} and snapshot_rows_naming(other, [SESSION]) == {}
 
 
 def test_an_interrupted_forget_is_finished_by_running_it_again(lake):

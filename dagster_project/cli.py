@@ -147,7 +147,7 @@ def _print_result(result, settings: Settings, elapsed: float) -> None:
     _print_pruned(result, settings)
     from dagster_project.publishing.snapshot import describe_run
 
-    console.print(describe_run(settings, result.run_id), highlight=False, soft_wrap=True)
+    console.print(describe_run(settings, *result.snapshot), highlight=False, soft_wrap=True)
     try:
         _print_status(settings, run_id=result.run_id)
     except typer.Exit:  # the run succeeded: a status that cannot be shown (why is printed) does not undo that

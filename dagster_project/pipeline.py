@@ -39,6 +39,10 @@ class PipelineResult:
     # Dagster's history after the run (``history``): runs deleted, or why it could not be pruned
     pruned: Pruned | None = None
     prune_error: str | None = None
+    # (snapshot, snapshot_status) the run recorded, read while it held the writer lock: a
+    # connection opened after it (to say what was published) made the next run's open of the
+    # state fail, "another process holds it", the moment this one let go
+    snapshot: tuple[str | None, str | None] = (None, None)
 
 
 def dagster_home() -> Path | None:
@@ -351,6 +355,7 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
                  selection: list[str] | None = None, verbose: bool = False) -> PipelineResult:
     """Run the job in-process. Raises ``SettingsError`` before any work when settings cannot work."""
     from dagster_project.definitions import load_definitions
+    from dagster_project.publishing.snapshot import run_outcome
     from dagster_project.state import record_run
 
     warnings = preflight(settings)
@@ -388,9 +393,11 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
             result = execute(job, settings.step_threads, dagster, run_id,
                              run_config=run_config(full_refresh, verbose=verbose, nodes=set(job.graph.node_dict)),
                              tags={"flywheel/launched_by": "cli", "flywheel/mode": mode, **holder_tags(run_id)})
+        snapshot = (None, None)
         if result.success:
             with state_connection(settings) as con:
                 settle_row(con, run_id, mode)
+                snapshot = run_outcome(con, run_id)
         pruned, prune_error = prune_history(dagster, settings.keep_runs)
     failures, traces, error = step_failures(result.all_events)
     if not result.success and not failures:  # no step failed: say why the run did
@@ -399,7 +406,8 @@ def run_pipeline(settings: Settings, *, full_refresh: bool = False,
     if not result.success:
         mark_failed(settings, run_id, error, mode=mode)
     return PipelineResult(run_id=run_id, success=result.success, failures=failures, traces=traces,
-                          mode=mode, warnings=warnings, step_warnings=heard, pruned=pruned, prune_error=prune_error)
+                          mode=mode, warnings=warnings, step_warnings=heard, pruned=pruned, prune_error=prune_error,
+                          snapshot=snapshot)
 
 
 def _step_warning(record, said: list[str]) -> list[str]:

@@ -753,3 +753,42 @@ def test_status_cuts_a_failed_runs_error_line_that_runs_on(env):
     assert shown.startswith(refusal[:100])
     assert f"… ({len(refusal) - 600:,} more characters: ingest.runs.error)" in said
     assert refusal[600:700] not in said
+
+
+def test_a_run_lets_go_of_the_state_when_it_lets_go_of_the_writer_lock(env, monkeypatch):
+    """`flywheel run` opened the state database once more, after the writer lock was released,
+    to say what it published: the next run (or forget), waiting on the lock, took it at that
+    moment and failed at once, "another process holds it" (PID: the first run's own); or it
+    got there first and the first run printed no "Published" line."""
+    from dagster_project import cli
+
+    said = cli._print_pruned
+    waiting = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(PROJECT)!r})
+        from dagster_project.settings import Settings
+        from dagster_project.state import state_connection, writer_activity, writer_lock
+        settings = Settings.from_env({{"FLYWHEEL_RAW_DIR": {str(env.raw_dir)!r},
+                                      "FLYWHEEL_WAREHOUSE": {str(env.warehouse)!r}}})
+        print("waiting", flush=True)
+        while (writer_activity(settings) or ("",))[0] != "writing":  # the run holds the lock
+            time.sleep(0.05)
+        with writer_lock(settings), state_connection(settings, lock=False):
+            print("holding", flush=True)
+            time.sleep(3)
+    """)], stdout=subprocess.PIPE, text=True)
+
+    def once_the_next_writer_holds_the_state(result, settings):
+        # the run has let go of the lock: the writer waiting on it has the state open before
+        # the run says what it published
+        assert waiting.stdout.readline().strip() == "holding"
+        said(result, settings)
+
+    monkeypatch.setattr(cli, "_print_pruned", once_the_next_writer_holds_the_state)
+    try:
+        assert waiting.stdout.readline().strip() == "waiting"
+        result = invoke("run", "--quiet")
+    finally:
+        assert waiting.wait(timeout=60) == 0
+    assert result.exit_code == 0, result.output
+    assert "Published snapshot " in result.output, result.output

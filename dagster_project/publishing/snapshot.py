@@ -1013,16 +1013,9 @@ def run_outcome(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str | None
     return (row[0], row[1]) if row else (None, None)
 
 
-def describe_run(settings, run_id: str) -> str:
-    """One line for the CLI: which snapshot the run published, or that it published nothing."""
-    try:
-        con = duckdb.connect(str(settings.state_db), read_only=True)
-    except duckdb.Error:
-        return ""
-    try:
-        version, outcome = run_outcome(con, run_id)
-    finally:
-        con.close()
+def describe_run(settings, version: str | None, outcome: str | None) -> str:
+    """One line for the CLI: which snapshot a run published (``run_outcome``), or that it
+    published nothing."""
     path = snapshots_dir(settings.export_dir) / version if version else None
     if outcome == "unchanged":
         return f"Nothing changed since snapshot {version}: nothing published."

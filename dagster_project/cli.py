@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dagster_project.settings import Settings, SettingsError
-from dagster_project.state import RUN_FIELDS, pending_failures, recent_runs
+from dagster_project.state import NOT_READ, RUN_FIELDS, pending_failures, recent_runs
 from transforms.sqlfiles import plain_error
 
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "yes")
@@ -312,7 +312,7 @@ def _print_runs(runs: list[dict], run_id: str | None) -> None:
         if r["status"] == "failed" and r["error"]:
             line = r["error"].splitlines()[0]
             if len(line) > ERROR_SHOWN:  # every ingest step refused, each naming its source: ~5,000 characters
-                line = f"{line[:ERROR_SHOWN]}… ({len(line) - ERROR_SHOWN:,} more characters: ingest.runs.error)"
+                line = f"{line[:ERROR_SHOWN]}… ({len(line) - ERROR_SHOWN:,} more characters)"
             out.print(f"[red]run {r['run_id'][:8]} failed:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
@@ -335,7 +335,7 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
         for col in ("source", "files", "lines", "loaded", "quarantined", "blank", "deferred bytes",
                     "staged rows", "last ingested"):
             table.add_column(col, justify="left" if col in ("source", "last ingested") else "right")
-        # views in a published warehouse; tables in one an older version wrote (counted as 0)
+        # views in a published warehouse; tables in one an older version wrote (they were counted as 0)
         staged = {name: con.execute(f'select count(*) from staging."{name}"').fetchone()[0] for (name,) in con.execute(
             "select view_name from duckdb_views() where schema_name = 'staging' and not internal "
             "union all select table_name from duckdb_tables() where schema_name = 'staging'").fetchall()}
@@ -377,8 +377,8 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
                 out.print(f"[yellow]{event}[/] {source}: {escape(path)}: {escape(detail or '')}"
                           + (f" [yellow](and {alike:,} more {source} files, the same)[/]" if alike else ""),
                           highlight=False, soft_wrap=True)
-            if run_id and this and this["events_total"] > len(events):
-                out.print(f"[yellow]… and {this['events_total'] - len(events):,} more file events[/] "
+            if this and this["events_total"] > len(this["events"]):
+                out.print(f"[yellow]… and {this['events_total'] - len(this['events']):,} more file events[/] "
                           "(ingest.file_events)")
         from dagster_project.engine import bronze_usage
         from dagster_project.privacy import unfinished_erasures
@@ -395,9 +395,6 @@ def _print_status(settings: Settings, run_id: str | None = None) -> None:
     finally:
         con.close()
 
-
-# File events that leave a file unread for the run (its earlier rows kept, retried next run)
-NOT_READ = ("unreadable", "locked", "corrupt")
 
 # What a published warehouse that does not stand whole raises: views that read no file, or
 # views and tables that are not the published ones

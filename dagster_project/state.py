@@ -389,6 +389,9 @@ RECENT_RUNS = "recent_runs.json"
 RUN_FIELDS = ("run_id", "mode", "status", "started_at", "finished_at", "lines_read", "rows_loaded",
               "rows_quarantined", "snapshot_status", "error")
 EVENTS_KEPT = 100  # per run: a directory whose mode changed makes every file in it an event
+# File events that leave a file unread for the run, its earlier rows kept: retried next run
+# (unreadable, locked), when it changes (a corrupt SQLite store), or waited for (a JSON array cut short)
+NOT_READ = ("unreadable", "locked", "corrupt", "waiting")
 
 
 def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: int = 10) -> str | None:
@@ -410,10 +413,13 @@ def save_recent_runs(con: duckdb.DuckDBPyConnection, settings: Settings, keep: i
         totals: dict[str, int] = {}
         for run_id, source, path, event, detail, n in con.execute(
                 "select run_id, source, path, event, detail, n from ("
-                "select *, row_number() over (partition by run_id order by occurred_at, path) as k, "
+                # the files a run could not read first: status alone lists them
+                "select *, row_number() over (partition by run_id order by "
+                "list_contains($not_read::varchar[], event) desc, occurred_at, path) as k, "
                 "count(*) over (partition by run_id) as n "
-                "from ingest.file_events where run_id in (select unnest(?::varchar[]))) where k <= ? "
-                "order by run_id, k", [[r["run_id"] for r in runs], EVENTS_KEPT]).fetchall():
+                "from ingest.file_events where run_id in (select unnest($runs::varchar[]))) where k <= $kept "
+                "order by run_id, k",
+                {"runs": [r["run_id"] for r in runs], "kept": EVENTS_KEPT, "not_read": list(NOT_READ)}).fetchall():
             events.setdefault(run_id, []).append([source, path, event, detail])
             totals[run_id] = n
         for run in runs:

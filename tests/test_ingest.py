@@ -291,6 +291,48 @@ def test_a_cut_json_array_is_waited_for_then_quarantined_whole_once_sealed(setti
     check_accounting(con)
 
 
+def test_an_array_cut_short_on_every_run_is_quarantined_once_sealed_though_rewritten(settings):
+    """A finished file can look cut (a stray quote): rewritten on every run, each text reset the
+    wait, and its generations were neither loaded nor quarantined for as long as it was."""
+    path = settings.raw_dir / "weighted" / "training_queue_old.jsonl"
+    path.parent.mkdir(parents=True)
+    start = time.time()
+    con = None
+    for hours in (0, 12, 23, 25):
+        path.write_text('[{"query": "q%d", "note": "a stray quote: " "}]' % hours)
+        os.utime(path, (start + hours * 3600, start + hours * 3600))  # rewritten at that hour
+        con, _ = ingest(settings, f"run-{hours}", sources=["weighted_queue"], con=con, now=start + hours * 3600)
+        quarantined = rows(con, "select count(*) from ingest.quarantine")[0][0]
+        assert quarantined == (1 if hours == 25 else 0), hours
+    assert rows(con, "select event from ingest.file_events order by occurred_at") == [
+        ("waiting",), ("waiting",), ("waiting",), ("sealed",)]
+    check_accounting(con)
+
+
+def test_a_cut_array_back_as_it_was_or_back_from_gone_is_not_read_again(settings):
+    path = settings.raw_dir / "weighted" / "training_queue_old.jsonl"
+    path.parent.mkdir(parents=True)
+    whole = json.dumps([{"query": "q0", "response": "r", "feedback": None, "weight": 1.0,
+                         "timestamp": "2026-01-05T10:00:00Z"}])
+    path.write_text(whole)
+    con, _ = ingest(settings, sources=["weighted_queue"])
+    path.write_text(whole[:30])
+    con, _ = ingest(settings, "run-2", sources=["weighted_queue"], con=con)
+    path.unlink()
+    con, _ = ingest(settings, "run-3", sources=["weighted_queue"], con=con)
+    assert rows(con, "select status from ingest.files") == [("missing",)]
+    path.write_text(whole[:30])  # back with the same cut bytes: still waited for
+    con, _ = ingest(settings, "run-4", sources=["weighted_queue"], con=con)
+    assert rows(con, "select status, deferred_bytes, generation from ingest.files") == [("ok", 30, 1)]
+    path.write_text(whole)  # the writer put back what the lake holds: nothing to read
+    con, _ = ingest(settings, "run-5", sources=["weighted_queue"], con=con)
+    assert rows(con, "select status, deferred_bytes, generation from ingest.files") == [("ok", 0, 1)]
+    assert rows(con, "select run_id, event from ingest.file_events order by occurred_at") == [
+        ("run-2", "waiting"), ("run-3", "missing"), ("run-4", "reappeared")]
+    assert rows(con, "select count(*) from raw.weighted_queue") == [(1,)]
+    check_accounting(con)
+
+
 @pytest.mark.parametrize("cut", ["[", '[{"query": "q1"', '[{"query": "q1", "weight": 3.0}',
                                  '[{"query": "q1", "weight": 3.0},\n', '[{"query": "q1", "weight": 3.0}, {"que',
                                  '[{"query": "q1", "weight": 3.0}, tr'])

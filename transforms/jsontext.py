@@ -17,8 +17,8 @@ _SCALAR_END = re.compile(r"[,\] \t\r\n]")  # JSON's white space only
 _CLOSES = {"{": "}", "[": "]"}
 
 
-# what ``_scan`` finds when a value does not end: the text ends inside it (a file caught while
-# its writer is still writing it), or its brackets or quotes are wrong
+# what ``scan_value`` finds when a value does not end: the text ends inside it (a file caught
+# while its writer is still writing it), or its brackets or quotes are wrong
 CUT, BROKEN = -1, -2
 
 
@@ -28,17 +28,14 @@ def value_end(text: str, i: int, quotes: str = '"') -> int | None:
     wrong kind) before the text ends. ``quotes``: the characters that open a string (``"'"`` too
     for text that is not JSON: a comma or bracket inside single quotes is not a boundary); a
     value that is no string, object or array must hold none of them (where it ends is not known)."""
-    end = _scan(text, i, quotes)
+    end = scan_value(text, i, quotes)
     return end if end >= 0 else None
 
 
-def cut_short(text: str, i: int, quotes: str = '"') -> bool:
-    """The text ends inside the value starting at ``i`` (or before it starts): every bracket and
-    quote opened is still open, none closed the wrong kind. Such text may be whole later."""
-    return _scan(text, i, quotes) == CUT
-
-
-def _scan(text: str, i: int, quotes: str) -> int:
+def scan_value(text: str, i: int, quotes: str = '"') -> int:
+    """``value_end``, or why there is none: ``CUT`` when the text ends inside the value (or
+    before it starts), every bracket and quote opened still open (such text may be whole
+    later); ``BROKEN`` when one closes the wrong kind, or a bare value holds a quote."""
     if i < len(text) and text[i] in quotes:
         found = _STRING_END[text[i]].match(text, i + 1)
         return found.end() if found else CUT

@@ -14,7 +14,7 @@ from dagster_project.engine.readers import FileView, Unit, finish, sealed, stat_
 from dagster_project.engine.readers.jsonl import hash_prefix, read_at
 from dagster_project.settings import Settings
 from transforms import arrowcols
-from transforms.jsontext import cut_short, value_end
+from transforms.jsontext import CUT, scan_value
 from transforms.lines import LINES_SCHEMA, Rejected, invalid_utf8
 
 
@@ -29,39 +29,47 @@ def read(view: FileView, fh) -> list[Unit]:
 
     An array whose text ends before the array does (``Cut``) is waited for, as a line file's
     partial last line is: its bytes are deferred, the generation the lake holds stays, and it is
-    read again when it changes. Left so for ``FLYWHEEL_SEAL_AFTER``, it is read as it is (one
-    ``corrupt_file`` line). A file caught mid-write was quarantined at once, and stayed in the
-    quarantine after the next run read it whole."""
+    read again when it changes. Still cut ``FLYWHEEL_SEAL_AFTER`` after it was first found so
+    (whatever it was rewritten to meanwhile: a stray quote keeps a finished file "cut"), it is
+    read as it is, one ``corrupt_file`` line. A file caught mid-write was quarantined at once, and
+    stayed in the quarantine after the next run read it whole."""
     known = view.known
     sig = stat_signature(fh.fileno())
+    back = [Unit("event", event=("reappeared", "back unchanged; not read again"))] \
+        if known is not None and known.get("status") == "missing" else []
     if known is not None and known.get("format") == "json_array" and known.get("status") in ("ok", "missing"):
         current = hashlib.sha256()
         if hash_prefix(current, fh.fileno(), sig["size"]):
             if known["prefix_sha"] == current.hexdigest():
-                # hashed in blocks, not held; back unchanged after it was gone (or as it was
-                # before a write that is still cut): not read again
-                back = [Unit("event", event=("reappeared", "back unchanged; not read again"))] \
-                    if known["status"] == "missing" else []
+                # hashed in blocks, not held; back unchanged after it was gone, or as it was
+                # before a write that was cut: not read again
                 return finish(back, {**known, **sig, "status": "ok", "deferred": 0, "pending_sha": None}, known)
             if known.get("pending_sha") == current.hexdigest() and not sealed(view, known["changed_at"]):
-                return finish([], {**known, **sig}, known)  # the same cut text: still waited for
+                return finish(back, {**known, **sig, "status": "ok"}, known)  # the same cut text, still waited for
     data = memoryview(read_at(fh.fileno(), 0, sig["size"]))
     sha = hashlib.sha256(data).hexdigest()
-    pending = known is not None and known.get("pending_sha") == sha
-    changed_at = known["changed_at"] if pending else min(sig["mtime_ns"] / 1e9, view.now)
+    # the seal counts from when the array was first found cut
+    changed_at = known["changed_at"] if (known or {}).get("pending_sha") else min(sig["mtime_ns"] / 1e9, view.now)
+    units = []
     try:
         parsed = list(elements(bytes(data)))
-    except Cut:
+    except Cut as cut:
         if not sealed(view, changed_at):
-            waiting = {"format": "json_array", "generation": 0, "offset": 0, "lines": 0,
-                       "prefix_sha": None, "tail_sha": None, **(known or {}), **sig, "status": "ok",
-                       "changed_at": changed_at, "deferred": len(data), "pending_sha": sha}
-            return finish([], waiting, known)
-        parsed = None  # decode quarantines it whole
+            # the known state stays (its format, watermark and generation: the file is the one
+            # the lake holds until the array is whole), with what waits
+            waiting = {"format": "json_array", "generation": 0, "offset": 0, "lines": 0, "prefix_sha": None,
+                       "tail_sha": None, **(known or {}), **sig, "status": "ok", "changed_at": changed_at,
+                       "deferred": len(data), "pending_sha": sha}
+            return finish([Unit("event", event=("waiting", f"the JSON array is cut short ({cut}): its "
+                                                                  f"{len(data):,} bytes deferred, read again when "
+                                                                  "it changes (FLYWHEEL_SEAL_AFTER)"))],
+                          waiting, known)
+        parsed = None
+        units.append(Unit("event", event=("sealed", f"the JSON array is still cut short ({cut}): quarantined "
+                                                    "whole as corrupt_file")))
     except ValueError:
         parsed = None
     generation = (known or {}).get("generation", 0) + 1
-    units = []
     if (known or {}).get("generation"):
         units.append(Unit("event", event=("rewritten", f"the array changed; earlier rows kept, "
                                                        f"re-read whole as generation {generation}")))
@@ -164,10 +172,10 @@ def elements(data: bytes) -> Iterator[tuple[int, int, str]]:
             # is still one element when its brackets and quotes (single quotes too) close: the
             # classifier reads it (DuckDB has no depth limit) or quarantines it alone, and the
             # others load
-            end = value_end(text, i, quotes="\"'")
-            if end is None and cut_short(text, i, quotes="\"'"):
+            end = scan_value(text, i, quotes="\"'")
+            if end == CUT:
                 raise Cut(f"it ends inside element {n + 1}") from None
-            if end is None:
+            if end < 0:
                 detail = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) \
                     else f"nested too deep to read, at character {i}"
                 raise ValueError(f"element {n + 1}: {detail}") from None

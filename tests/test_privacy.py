@@ -263,6 +263,39 @@ def test_a_shorter_retention_window_is_applied_only_when_confirmed(lake):
     assert run_pipeline(replace(settings, session_retention_days=18)).success  # the window now kept
 
 
+def test_a_rating_that_expires_twice_is_counted_once(lake):
+    """A record retention removed is counted once, by its hash: one that came back (a run as of
+    an earlier day, or a longer window, read the producer's store again when it changed) and
+    expired again was counted again by bronze's pass, each time (262 rows for 145 records after
+    a hunt's 26 runs)."""
+    import sqlite3
+    from datetime import date
+
+    def add_rating(n: int) -> None:
+        store = sqlite3.connect(lake.raw_dir / "sessions" / "session_feedback.sqlite3")
+        record = {"id": f"r-{n}", "session_id_opaque": "0" * 64, "user_id_or_null": None,
+                  "recorded_at": "2026-07-31T12:00:00Z", "recorded_date": "2026-07-31", "label": "positive",
+                  "turn_count_at_end": 3, "source": "cli_end", "schema_version": 2}
+        store.execute("insert into session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, "
+                      "recorded_date, label, turn_count_at_end, source, schema_version, value) "
+                      "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [*record.values(), json.dumps(record)])
+        store.commit()
+        store.close()
+
+    def counted() -> tuple[int, int]:
+        return state_query(lake, "select (select sum(bronze_rows) from ingest.erasures where kind = 'retention' "
+                                 "and source = 'session_ratings'), (select count(*) from lineage.expired_records)")[0]
+
+    assert run_pipeline(replace(lake, as_of=date(2026, 8, 10))).success
+    first = counted()
+    assert first[0] == first[1] > 0
+    add_rating(1)
+    assert run_pipeline(replace(lake, as_of=date(2026, 8, 1))).success  # nine days' ratings back
+    assert state_query(lake, "select count(*) from staging.session_ratings where recorded_at < '2026-02-11'")[0][0]
+    assert run_pipeline(replace(lake, as_of=date(2026, 8, 10))).success  # and expired again
+    assert counted() == first
+
+
 def _expired_in_snapshots(settings, cutoff) -> dict[str, int]:
     """Per kept snapshot, its staging.session_ratings rows recorded before ``cutoff``."""
     reader, out = duckdb.connect(), {}

@@ -167,10 +167,12 @@ class Ingestor:
             known.update(known_mod.states(pending))
         self._replay(pending)
         report.replayed_entries = len(pending)
+        # each record counted once, by its hash, as those kept out at read are: one that came back
+        # (a run as of an earlier day, a longer window) and expired again was counted each time
+        first_time = self._note_expired(counted)
         if expired:
-            report.expired = expired
-            privacy.record_erasure(self.con, "retention", {self.spec.name: {"bronze": expired, **lost}})
-        self._note_expired(counted)
+            report.expired = first_time
+            privacy.record_erasure(self.con, "retention", {self.spec.name: {"bronze": first_time, **lost}})
         self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
         if not read_files:

@@ -338,7 +338,7 @@ TABLE_COLUMNS: dict[str, str] = {
     "ingest.runs.warnings": "Warnings of the run, e.g. a source whose globs matched no file.",
     # ingest.file_events
     "ingest.file_events.event": "rewritten | shrunk | new_generation | reappeared | sealed | corrupt | locked | "
-                                "unreadable | missing (files); rows_updated | rows_deleted | recreated (SQLite tables).",
+                                "unreadable | missing | waiting (a JSON array cut short) (files); rows_updated | rows_deleted | recreated (SQLite tables).",
     "ingest.file_events.detail": "What was observed.",
     "ingest.file_events.occurred_at": "When (UTC).",
     # ingest.validations

@@ -251,6 +251,8 @@ def forget(
             console.print(f"[red]error:[/] the rebuild after erasing from bronze did not finish; {again}",
                           highlight=False, soft_wrap=True)
             raise
+        for warning in result.step_warnings:  # (the rebuild runs without a console)
+            console.print(f"[yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
         if not result.success:
             console.print(f"[red]error:[/] the rebuild after erasing from bronze failed; {again}",
                           highlight=False, soft_wrap=True)

@@ -277,13 +277,8 @@ def preflight(settings: Settings) -> list[str]:
     """Refuse to start on settings that cannot work (``SettingsError``); return warnings."""
     from dagster_project.privacy import unfinished_erasures
 
-    last = settings.last_export_dir()
     settings.preflight(need_raw=True)
     warnings = source_warnings(settings)
-    if last is not None and last != os.path.abspath(settings.export_dir):
-        warnings.append(f"FLYWHEEL_EXPORT_DIR={settings.export_dir} is not the export directory this lake last "
-                        f"published to ({last}): the warehouse link moves here, the snapshots there stay (`flywheel "
-                        "forget` and retention scrub both); if that setting was one shell's, set it back")
     # (a run does not finish it: the subject's id, which the snapshots are scrubbed by, is not kept)
     warnings += [f"an erasure (`flywheel forget`) was interrupted ({when} UTC): its subject stays in the published "
                  "data until the same command is run again" for when in unfinished_erasures(settings)]

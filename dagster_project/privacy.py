@@ -907,14 +907,17 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
         rebuild()
     in_paths = session_pseudonym(secret, subject_id) if kind == "session" else None
 
-    def scrubbing(file: str, n: int) -> None:
-        if phase != "recorded":  # (a retry after the record only finishes the scrub)
-            scrubbed[file] = n  # (the same file found again by a retry: the same rows, once)
-            save_pending("rebuild")
+    for export_dir in settings.export_dirs():
+        def scrubbing(file: str, n: int, where: str = f"{export_dir}::") -> None:
+            if phase != "recorded":  # (a retry after the record only finishes the scrub)
+                # (the same file found again by a retry: the same rows, once; a copy of the export
+                # directory holds the same versions: by directory, version, dataset and name)
+                scrubbed[where + file] = n
+                save_pending("rebuild")
 
-    for export_dir in settings.export_dirs():  # (a file is named by its snapshot's version: no two alike)
         scrub_snapshots(export_dir, subject_condition(subject_id, values, in_paths), legacy=True, progress=scrubbing)
-    snapshot_rows, snapshots = sum(scrubbed.values()), len({f.split("/", 1)[0] for f in scrubbed})
+    snapshot_rows = sum(scrubbed.values())
+    snapshots = len({_snapshot_of(key) for key in scrubbed})
     if phase != "recorded":
         with state_connection(settings) as con:
             if totals:
@@ -930,6 +933,13 @@ def _forget(settings: Settings, kind: str, subject_id: str, specs: dict[str, Sou
         for path in _pending_files(settings, subject_key):
             path.unlink()
     return ForgetResult(kind, rows, snapshots)
+
+
+def _snapshot_of(key: str) -> str:
+    """The snapshot of a scrubbed file's key, ``<export dir>::<version>/<dataset>/<name>`` (a
+    pending file of the thirty-second session's names no directory)."""
+    where, _, file = key.rpartition("::")
+    return f"{where}::{file.split('/', 1)[0]}"
 
 
 @contextmanager

@@ -431,10 +431,6 @@ class Settings:
             create_once(self.state_dir / self.LAKE_ID, json.dumps({"lake": uuid.uuid4().hex}).encode("utf-8"))
             lake = self._recorded(self.LAKE_ID, "lake")
         owner = {"lake": lake, "state": str(self.state_dir.resolve())}
-        here = os.path.abspath(self.export_dir)
-        used = [d for d in self._export_dirs() if d != here] + [here]
-        if self._export_dirs() != used:  # (before the owner file: a directory is never left unlisted)
-            self._record(self.EXPORT_DIRS, "export_dirs", used)
         try:
             if json.loads(self._owner_file().read_text(encoding="utf-8")) == owner:
                 return
@@ -443,31 +439,44 @@ class Settings:
         self._owner_file().parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(self._owner_file(), json.dumps(owner).encode("utf-8"))
 
-    def _export_dirs(self) -> list[str]:
+    def _recorded_export_dirs(self) -> list[str]:
         dirs = self._recorded(self.EXPORT_DIRS, "export_dirs")
         return [d for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
 
-    def last_export_dir(self) -> str | None:
-        """The export directory this lake last published to (None: none recorded)."""
-        return (self._export_dirs() or [None])[-1]
+    def note_export_dir(self) -> str | None:
+        """Record ``export_dir`` as the one this lake publishes to (called by the publish, under
+        the writer lock); a warning when the last was another that still holds its snapshots."""
+        here = os.path.realpath(self.export_dir)
+        recorded = self._recorded_export_dirs()
+        if recorded[-1:] == [here]:
+            return None
+        self._record(self.EXPORT_DIRS, "export_dirs", [d for d in recorded if d != here] + [here])
+        last = recorded[-1] if recorded else None
+        if last is None or Path(last) not in self.export_dirs():
+            return None
+        return (f"FLYWHEEL_EXPORT_DIR={self.export_dir} is not the export directory this lake last published to "
+                f"({last}): the warehouse link moves here; the snapshots there stay, and `flywheel forget` and "
+                "retention scrub them as they do these")
 
     def export_dirs(self) -> list[Path]:
-        """``export_dir`` and every other export directory this lake has published to that still
-        holds its snapshots: `flywheel forget` and retention scrub each. A run given another
+        """``export_dir`` and every other export directory this lake (this state) has published to
+        that still holds its snapshots: `flywheel forget` and retention scrub each. A run given another
         FLYWHEEL_EXPORT_DIR (one shell's setting, not the schedule's) published a whole snapshot
-        there, which a forget, scrubbing only the one it was given, left holding the subject."""
+        there, which a forget, scrubbing only the one it was given, left holding the subject.
+        (Directories published to before this was recorded, the thirty-third session, are not known.)"""
         import json
 
-        here = Path(os.path.abspath(self.export_dir))
-        found = [here]
+        found = [Path(os.path.realpath(self.export_dir))]
         lake = self._recorded(self.LAKE_ID, "lake")
-        for name in reversed(self._export_dirs()):
+        for name in reversed(self._recorded_export_dirs() if lake is not None else []):
             other = Path(name)
             try:
                 owner = json.loads(other.joinpath(*self.EXPORT_OWNER).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # removed, or never published to
-            if other not in found and lake is not None and isinstance(owner, dict) and owner.get("lake") == lake:
+            # this lake's, from this state: a copy of the lake (its state copied beside it) holds
+            # the same id and list, and its forget scrubbed the original's snapshots
+            if other not in found and owner == {"lake": lake, "state": str(self.state_dir.resolve())}:
                 found.append(other)
         return found
 

@@ -309,6 +309,25 @@ def test_an_array_cut_short_on_every_run_is_quarantined_once_sealed_though_rewri
     check_accounting(con)
 
 
+def test_an_array_caught_mid_write_on_two_runs_a_day_apart_is_not_sealed(settings):
+    """A nightly rewrite caught cut on two runs: the wait restarts with the new bytes, as a
+    partial line's does, so the second cut is not quarantined (it would stay in the quarantine
+    after the finished array loads)."""
+    path = settings.raw_dir / "weighted" / "training_queue_old.jsonl"
+    path.parent.mkdir(parents=True)
+    whole = json.dumps([{"query": f"q{i}", "response": "r", "feedback": None, "weight": 1.0,
+                         "timestamp": "2026-01-05T10:00:00Z"} for i in range(5)])
+    start = time.time()
+    con = None
+    for hours, text in ((0, whole[:50]), (24, whole[:70]), (48, whole)):
+        path.write_text(text)
+        os.utime(path, (start + hours * 3600, start + hours * 3600))
+        con, _ = ingest(settings, f"run-{hours}", sources=["weighted_queue"], con=con, now=start + hours * 3600 + 60)
+    assert rows(con, "select count(*) from ingest.quarantine") == [(0,)]
+    assert rows(con, "select count(*) from raw.weighted_queue") == [(5,)]
+    check_accounting(con)
+
+
 def test_a_cut_array_back_as_it_was_or_back_from_gone_is_not_read_again(settings):
     path = settings.raw_dir / "weighted" / "training_queue_old.jsonl"
     path.parent.mkdir(parents=True)
@@ -328,7 +347,7 @@ def test_a_cut_array_back_as_it_was_or_back_from_gone_is_not_read_again(settings
     con, _ = ingest(settings, "run-5", sources=["weighted_queue"], con=con)
     assert rows(con, "select status, deferred_bytes, generation from ingest.files") == [("ok", 0, 1)]
     assert rows(con, "select run_id, event from ingest.file_events order by occurred_at") == [
-        ("run-2", "waiting"), ("run-3", "missing"), ("run-4", "reappeared")]
+        ("run-2", "waiting"), ("run-3", "missing"), ("run-4", "reappeared"), ("run-4", "waiting")]
     assert rows(con, "select count(*) from raw.weighted_queue") == [(1,)]
     check_accounting(con)
 

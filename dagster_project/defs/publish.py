@@ -55,6 +55,8 @@ def snapshot(context: dg.AssetExecutionContext, flywheel: FlywheelResource) -> d
         undescribed = apply_comments(con)
         if undescribed:
             context.log.warning(f"no description in dagster_project/catalog.py for: {', '.join(undescribed)}")
+        if moved := settings.note_export_dir():
+            context.log.warning(moved)
         def expire_in_snapshots() -> None:
             # Retention reaches the kept snapshots too (the current one was built from trimmed
             # bronze). (a source disabled in the sources file too: what the lake holds of it is

@@ -171,7 +171,7 @@ class Ingestor:
         # (a run as of an earlier day, a longer window) and expired again was counted each time
         first_time = self._note_expired(counted)
         if expired:
-            report.expired = first_time
+            report.expired = expired  # (the step's line: the rows removed now)
             privacy.record_erasure(self.con, "retention", {self.spec.name: {"bronze": first_time, **lost}})
         self.next_seq = max(applied, pending[-1].seq if pending else 0) + 1
 
@@ -283,12 +283,12 @@ class Ingestor:
             return [Unit("event", event=("unreadable", f"{exc}; earlier rows kept, retried next run"))], "unreadable"
         events = [u.event[0] for u in units if u.event]
         if known is None:
-            kind = next((e for e in events if e in ("corrupt", "unreadable")), "new")
+            kind = next((e for e in events if e in ("corrupt", "unreadable", "waiting")), "new")
         elif not units:
             kind = "unchanged"
         else:
             kind = next((e for e in events if e in ("locked", "unreadable", "corrupt", "shrunk", "rewritten", "recreated",
-                                                    "reappeared", "new_generation", "sealed")), None) \
+                                                    "reappeared", "new_generation", "sealed", "waiting")), None) \
                 or ("appended" if any(u.kind in ("span", "rows", "array", "tombstones") for u in units) else "unchanged")
         return units, kind
 

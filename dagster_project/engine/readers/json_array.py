@@ -29,10 +29,9 @@ def read(view: FileView, fh) -> list[Unit]:
 
     An array whose text ends before the array does (``Cut``) is waited for, as a line file's
     partial last line is: its bytes are deferred, the generation the lake holds stays, and it is
-    read again when it changes. Still cut ``FLYWHEEL_SEAL_AFTER`` after it was first found so
-    (whatever it was rewritten to meanwhile: a stray quote keeps a finished file "cut"), it is
-    read as it is, one ``corrupt_file`` line. A file caught mid-write was quarantined at once, and
-    stayed in the quarantine after the next run read it whole."""
+    read again when it changes; still cut after ``FLYWHEEL_SEAL_AFTER``, it is read as it is, one
+    ``corrupt_file`` line. A file caught mid-write was quarantined at once, and stayed in the
+    quarantine after the next run read it whole."""
     known = view.known
     sig = stat_signature(fh.fileno())
     back = [Unit("event", event=("reappeared", "back unchanged; not read again"))] \
@@ -43,27 +42,33 @@ def read(view: FileView, fh) -> list[Unit]:
             if known["prefix_sha"] == current.hexdigest():
                 # hashed in blocks, not held; back unchanged after it was gone, or as it was
                 # before a write that was cut: not read again
-                return finish(back, {**known, **sig, "status": "ok", "deferred": 0, "pending_sha": None}, known)
+                return finish(back, {**known, **sig, "status": "ok", **NOT_WAITING}, known)
             if known.get("pending_sha") == current.hexdigest() and not sealed(view, known["changed_at"]):
-                return finish(back, {**known, **sig, "status": "ok"}, known)  # the same cut text, still waited for
+                # the same cut text, still waited for (said on every run: status names the file)
+                return finish([*back, _waiting(known.get("pending_cut"), known["deferred"])],
+                              {**known, **sig, "status": "ok"}, known)
     data = memoryview(read_at(fh.fileno(), 0, sig["size"]))
     sha = hashlib.sha256(data).hexdigest()
-    # the seal counts from when the array was first found cut
-    changed_at = known["changed_at"] if (known or {}).get("pending_sha") else min(sig["mtime_ns"] / 1e9, view.now)
+    changed_at = min(sig["mtime_ns"] / 1e9, view.now)
     units = []
     try:
         parsed = list(elements(bytes(data)))
     except Cut as cut:
+        # The wait counts from when these bytes were first seen, as a partial line's: a writer
+        # caught mid-write on two runs a day apart is not sealed. Text that ends as an array
+        # does (a stray quote keeps it open) waits from when the file was first found cut,
+        # however often it is rewritten: each text restarted the wait, and such a file was
+        # neither loaded nor quarantined for as long as it was rewritten.
+        if (known or {}).get("pending_sha") and (
+                known["pending_sha"] == sha or bytes(data).rstrip(b" \t\r\n").endswith(b"]")):
+            changed_at = known["changed_at"]
         if not sealed(view, changed_at):
             # the known state stays (its format, watermark and generation: the file is the one
             # the lake holds until the array is whole), with what waits
             waiting = {"format": "json_array", "generation": 0, "offset": 0, "lines": 0, "prefix_sha": None,
                        "tail_sha": None, **(known or {}), **sig, "status": "ok", "changed_at": changed_at,
-                       "deferred": len(data), "pending_sha": sha}
-            return finish([Unit("event", event=("waiting", f"the JSON array is cut short ({cut}): its "
-                                                                  f"{len(data):,} bytes deferred, read again when "
-                                                                  "it changes (FLYWHEEL_SEAL_AFTER)"))],
-                          waiting, known)
+                       "deferred": len(data), "pending_sha": sha, "pending_cut": str(cut)}
+            return finish([_waiting(str(cut), len(data))], waiting, known)
         parsed = None
         units.append(Unit("event", event=("sealed", f"the JSON array is still cut short ({cut}): quarantined "
                                                     "whole as corrupt_file")))
@@ -75,9 +80,16 @@ def read(view: FileView, fh) -> list[Unit]:
                                                        f"re-read whole as generation {generation}")))
     units.append(Unit("array", data, {"generation": generation}, sha256=sha, parsed=parsed))
     state = {"format": "json_array", "status": "ok", **sig, "generation": generation, "offset": len(data),
-             "lines": 0, "prefix_sha": sha, "tail_sha": None, "changed_at": changed_at,
-             "deferred": 0, "pending_sha": None}
+             "lines": 0, "prefix_sha": sha, "tail_sha": None, "changed_at": changed_at, **NOT_WAITING}
     return finish(units, state, known)
+
+
+NOT_WAITING = {"deferred": 0, "pending_sha": None, "pending_cut": None}
+
+
+def _waiting(cut: str | None, deferred: int) -> Unit:
+    return Unit("event", event=("waiting", f"the JSON array is cut short ({cut}): its {deferred:,} bytes "
+                                           "deferred, read again when it changes (FLYWHEEL_SEAL_AFTER)"))
 
 
 def decode(data, meta: dict, settings: Settings, parsed=None) -> tuple[pa.Table, list[Rejected], int]:

@@ -698,20 +698,26 @@ def test_the_run_summary_says_the_files_gone_alike_in_one_line(env):
                     "its rows are kept (and 3 more interactions files, the same)"], lines
 
 
+def _status_after_a_run_that_could_not_read(path, record: dict) -> str:
+    """`flywheel status`'s words (white space folded) after a nightly run that found ``path``
+    appended to (``record``) and could not read it (its mode 0, the run without root's override)."""
+    write_lines(path, [dumps(record)], mode="ab")
+    path.chmod(0)
+    nightly = subprocess.run([*unprivileged(), sys.executable, "-m", "dagster_project.cli", "run", "--quiet"],
+                             capture_output=True, text=True, timeout=300, cwd=PROJECT)
+    path.chmod(0o644)
+    assert nightly.returncode == 0, nightly.stdout + nightly.stderr
+    status = invoke("status")
+    assert status.exit_code == 0, status.output
+    return " ".join(status.output.split())
+
+
 def test_status_alone_names_the_files_the_newest_run_could_not_read(env):
     """A file unread on every run (a producer's mode, a lock never released) was said only in
     each run's own output: `flywheel status` the next morning showed nothing."""
     assert invoke("run", "--quiet").exit_code == 0
-    stuck = env.raw_dir / "interactions" / "interactions_2026-03-01_00000000.jsonl"
-    write_lines(stuck, [dumps(interaction(10))], mode="ab")
-    stuck.chmod(0)
-    nightly = subprocess.run([*unprivileged(), sys.executable, "-m", "dagster_project.cli", "run", "--quiet"],
-                             capture_output=True, text=True, timeout=300, cwd=PROJECT)
-    stuck.chmod(0o644)
-    assert nightly.returncode == 0, nightly.stdout + nightly.stderr
-    status = invoke("status")
-    assert status.exit_code == 0, status.output
-    said = " ".join(status.output.split())
+    said = _status_after_a_run_that_could_not_read(
+        env.raw_dir / "interactions" / "interactions_2026-03-01_00000000.jsonl", interaction(10))
     assert "could not read these files: unreadable interactions: interactions/interactions_2026-03-01_00000000.jsonl: " \
            "[Errno 13] Permission denied" in said, said
     assert invoke("run", "--quiet").exit_code == 0
@@ -733,14 +739,7 @@ def test_status_alone_names_an_unread_file_among_more_file_events_than_it_keeps(
     assert invoke("run", "--quiet").exit_code == 0
     for path in gone:  # each file "missing" in the next run
         path.unlink()
-    write_lines(stuck, [dumps(interaction(2001))], mode="ab")
-    stuck.chmod(0)
-    nightly = subprocess.run([*unprivileged(), sys.executable, "-m", "dagster_project.cli", "run", "--quiet"],
-                             capture_output=True, text=True, timeout=300, cwd=PROJECT)
-    stuck.chmod(0o644)
-    assert nightly.returncode == 0, nightly.stdout + nightly.stderr
-    status = invoke("status")
-    said = " ".join(status.output.split())
+    said = _status_after_a_run_that_could_not_read(stuck, interaction(2001))
     assert ("unreadable interactions: interactions/interactions_2026-03-09_00000000.jsonl: [Errno 13] "
             "Permission denied") in said, said
 

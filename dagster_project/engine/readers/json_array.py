@@ -47,12 +47,12 @@ def read(view: FileView, fh) -> list[Unit]:
                 # the same cut text, still waited for (said on every run: status names the file)
                 return finish([*back, _waiting(known.get("pending_cut"), known["deferred"])],
                               {**known, **sig, "status": "ok"}, known)
-    data = memoryview(read_at(fh.fileno(), 0, sig["size"]))
+    data = read_at(fh.fileno(), 0, sig["size"])  # bytes: parsed, hashed and kept without a copy
     sha = hashlib.sha256(data).hexdigest()
     changed_at = min(sig["mtime_ns"] / 1e9, view.now)
     units = []
     try:
-        parsed = list(elements(bytes(data)))
+        parsed = list(elements(data))
     except Cut as cut:
         # The wait counts from when these bytes were first seen, as a partial line's: a writer
         # caught mid-write on two runs a day apart is not sealed. Text that ends as an array
@@ -60,7 +60,7 @@ def read(view: FileView, fh) -> list[Unit]:
         # however often it is rewritten: each text restarted the wait, and such a file was
         # neither loaded nor quarantined for as long as it was rewritten.
         if (known or {}).get("pending_sha") and (
-                known["pending_sha"] == sha or bytes(data).rstrip(b" \t\r\n").endswith(b"]")):
+                known["pending_sha"] == sha or data.rstrip(b" \t\r\n").endswith(b"]")):
             changed_at = known["changed_at"]
         if not sealed(view, changed_at):
             # the known state stays (its format, watermark and generation: the file is the one

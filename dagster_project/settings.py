@@ -403,12 +403,7 @@ class Settings:
         lake's warehouse showed the other's data; a new state (a warehouse path mistyped) published
         a subject `flywheel forget` had erased from the first, read again from the producers'
         files, into its current snapshot. A directory holding another lake's snapshots is refused."""
-        import json
-
-        try:
-            owner = json.loads(self._owner_file().read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None  # no snapshot yet, or one an earlier version wrote: this lake takes it
+        owner = _owner_of(self.export_dir)  # (None: no snapshot yet, or an earlier version's: this lake takes it)
         if not isinstance(owner, dict) or owner.get("lake") in (None, self._recorded(self.LAKE_ID, "lake")):
             return None
         return (f"FLYWHEEL_EXPORT_DIR={self.export_dir} holds the snapshots of another lake (its state: "
@@ -430,14 +425,15 @@ class Settings:
             # the one this lake did not keep (every run refused from then on).
             create_once(self.state_dir / self.LAKE_ID, json.dumps({"lake": uuid.uuid4().hex}).encode("utf-8"))
             lake = self._recorded(self.LAKE_ID, "lake")
-        owner = {"lake": lake, "state": str(self.state_dir.resolve())}
-        try:
-            if json.loads(self._owner_file().read_text(encoding="utf-8")) == owner:
-                return
-        except (OSError, ValueError):
-            pass
+        owner = self._as_owner(lake)
+        if _owner_of(self.export_dir) == owner:
+            return
         self._owner_file().parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(self._owner_file(), json.dumps(owner).encode("utf-8"))
+
+    def _as_owner(self, lake: str) -> dict:
+        """What an export directory this lake (this state) publishes to records as its owner."""
+        return {"lake": lake, "state": str(self.state_dir.resolve())}
 
     def _recorded_export_dirs(self) -> list[str]:
         dirs = self._recorded(self.EXPORT_DIRS, "export_dirs")
@@ -464,19 +460,14 @@ class Settings:
         FLYWHEEL_EXPORT_DIR (one shell's setting, not the schedule's) published a whole snapshot
         there, which a forget, scrubbing only the one it was given, left holding the subject.
         (Directories published to before this was recorded, the thirty-third session, are not known.)"""
-        import json
-
         found = [Path(os.path.realpath(self.export_dir))]
         lake = self._recorded(self.LAKE_ID, "lake")
         for name in reversed(self._recorded_export_dirs() if lake is not None else []):
             other = Path(name)
-            try:
-                owner = json.loads(other.joinpath(*self.EXPORT_OWNER).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue  # removed, or never published to
-            # this lake's, from this state: a copy of the lake (its state copied beside it) holds
-            # the same id and list, and its forget scrubbed the original's snapshots
-            if other not in found and owner == {"lake": lake, "state": str(self.state_dir.resolve())}:
+            # this lake's, from this state (not removed, nor taken by another lake): a copy of the
+            # lake (its state copied beside it) holds the same id and list, and its forget
+            # scrubbed the original's snapshots
+            if other not in found and _owner_of(other) == self._as_owner(lake):
                 found.append(other)
         return found
 
@@ -512,6 +503,17 @@ def _foreign_export(export_dir: Path) -> str | None:
             if other is not None:
                 return f"{Path(here) / other}"
     return None
+
+
+def _owner_of(export_dir: Path):
+    """What ``export_dir``'s snapshot tree records as its owner (``Settings.EXPORT_OWNER``), None
+    when nothing is recorded or it cannot be read."""
+    import json
+
+    try:
+        return json.loads(export_dir.joinpath(*Settings.EXPORT_OWNER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _snapshot_tree(directory: Path) -> bool:
